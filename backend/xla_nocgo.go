@@ -1,0 +1,5 @@
+//go:build !cgo || noxla
+
+package backend
+
+const xlaAvailable = false
