@@ -1,0 +1,378 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Architectures this package implements.
+const (
+	ArchMiniCPM = "MiniCPMForCausalLM"
+	ArchLlama   = "LlamaForCausalLM"
+)
+
+// Config describes a checkpoint, read from its config.json.
+type Config struct {
+	Architecture          string
+	VocabSize             int
+	HiddenSize            int
+	IntermediateSize      int
+	NumLayers             int
+	NumHeads              int
+	NumKVHeads            int
+	HeadDim               int
+	MaxPositionEmbeddings int
+	RMSNormEps            float64
+	RopeTheta             float64
+	// RopeFactors are the per-frequency divisors of longrope scaling (nil without scaling).
+	RopeFactors []float64
+	// RopeAttentionFactor multiplies cos and sin under longrope scaling (1 without).
+	RopeAttentionFactor float64
+	TieWordEmbeddings   bool
+
+	// MiniCPM scalars; for Llama they are neutral (ScaleEmb 1, no depth scaling,
+	// DimModelBase = HiddenSize).
+	ScaleEmb     float64
+	ScaleDepth   float64
+	DimModelBase float64
+
+	BOSTokenID  int
+	EOSTokenIDs []int
+	// MaskTokenID is the token that marks a masked position (-1 when absent).
+	MaskTokenID int
+}
+
+// MiniCPM5_2B is the shape of MiniCPM5-2B diffusion checkpoints, for benchmarks with
+// random weights.
+var MiniCPM5_2B = Config{
+	Architecture:          ArchLlama,
+	VocabSize:             130560,
+	HiddenSize:            2048,
+	IntermediateSize:      6144,
+	NumLayers:             42,
+	NumHeads:              16,
+	NumKVHeads:            2,
+	HeadDim:               128,
+	MaxPositionEmbeddings: 32768,
+	RMSNormEps:            1e-6,
+	RopeTheta:             5e6,
+	RopeAttentionFactor:   1,
+	ScaleEmb:              1,
+	ScaleDepth:            0,
+	DimModelBase:          2048,
+	BOSTokenID:            1,
+	EOSTokenIDs:           []int{2},
+	MaskTokenID:           130559,
+}
+
+// rawConfig mirrors the fields of config.json this package reads.
+type rawConfig struct {
+	Architectures         []string         `json:"architectures"`
+	VocabSize             *int             `json:"vocab_size"`
+	HiddenSize            *int             `json:"hidden_size"`
+	IntermediateSize      *int             `json:"intermediate_size"`
+	NumHiddenLayers       *int             `json:"num_hidden_layers"`
+	NumAttentionHeads     *int             `json:"num_attention_heads"`
+	NumKeyValueHeads      *int             `json:"num_key_value_heads"`
+	HeadDim               *int             `json:"head_dim"`
+	MaxPositionEmbeddings *int             `json:"max_position_embeddings"`
+	RMSNormEps            *float64         `json:"rms_norm_eps"`
+	RopeTheta             *float64         `json:"rope_theta"`
+	RopeScaling           *json.RawMessage `json:"rope_scaling"`
+	RopeParameters        *json.RawMessage `json:"rope_parameters"`
+	TieWordEmbeddings     *bool            `json:"tie_word_embeddings"`
+	HiddenAct             *string          `json:"hidden_act"`
+	AttentionBias         *bool            `json:"attention_bias"`
+	MLPBias               *bool            `json:"mlp_bias"`
+	ScaleEmb              *float64         `json:"scale_emb"`
+	ScaleDepth            *float64         `json:"scale_depth"`
+	DimModelBase          *float64         `json:"dim_model_base"`
+	BOSTokenID            *int             `json:"bos_token_id"`
+	EOSTokenID            json.RawMessage  `json:"eos_token_id"`
+	MaskTokenID           *int             `json:"mask_token_id"`
+}
+
+type rawRopeScaling struct {
+	RopeTheta                     *float64  `json:"rope_theta"`
+	Type                          string    `json:"type"`
+	RopeType                      string    `json:"rope_type"`
+	ShortFactor                   []float64 `json:"short_factor"`
+	LongFactor                    []float64 `json:"long_factor"`
+	OriginalMaxPositionEmbeddings *int      `json:"original_max_position_embeddings"`
+	AttentionFactor               *float64  `json:"attention_factor"`
+	Factor                        *float64  `json:"factor"`
+}
+
+// LoadConfig reads config.json from a checkpoint folder (or the file itself).
+func LoadConfig(path string) (Config, error) {
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		path = filepath.Join(path, "config.json")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("model: reading config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses the contents of a config.json.
+func ParseConfig(data []byte) (Config, error) {
+	var raw rawConfig
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Config{}, fmt.Errorf("invalid config.json: %w", err)
+	}
+	if len(raw.Architectures) != 1 {
+		return Config{}, fmt.Errorf("config.json must name exactly one architecture, got %q (supported: %s, %s)",
+			raw.Architectures, ArchMiniCPM, ArchLlama)
+	}
+	cfg := Config{Architecture: raw.Architectures[0], RopeAttentionFactor: 1, MaskTokenID: -1}
+	if cfg.Architecture != ArchMiniCPM && cfg.Architecture != ArchLlama {
+		return Config{}, fmt.Errorf("unsupported architecture %q (supported: %s, %s)", cfg.Architecture, ArchMiniCPM, ArchLlama)
+	}
+	var missing []string
+	requireInt := func(name string, v *int, dst *int) {
+		if v == nil {
+			missing = append(missing, name)
+			return
+		}
+		*dst = *v
+	}
+	requireInt("vocab_size", raw.VocabSize, &cfg.VocabSize)
+	requireInt("hidden_size", raw.HiddenSize, &cfg.HiddenSize)
+	requireInt("intermediate_size", raw.IntermediateSize, &cfg.IntermediateSize)
+	requireInt("num_hidden_layers", raw.NumHiddenLayers, &cfg.NumLayers)
+	requireInt("num_attention_heads", raw.NumAttentionHeads, &cfg.NumHeads)
+	requireInt("max_position_embeddings", raw.MaxPositionEmbeddings, &cfg.MaxPositionEmbeddings)
+	if len(missing) > 0 {
+		return Config{}, fmt.Errorf("config.json lacks required field(s) %q", missing)
+	}
+	cfg.NumKVHeads = cfg.NumHeads
+	if raw.NumKeyValueHeads != nil {
+		cfg.NumKVHeads = *raw.NumKeyValueHeads
+	}
+	if raw.HeadDim != nil {
+		cfg.HeadDim = *raw.HeadDim
+	} else if cfg.NumHeads > 0 {
+		cfg.HeadDim = cfg.HiddenSize / cfg.NumHeads
+	}
+	cfg.RMSNormEps = 1e-6
+	if raw.RMSNormEps != nil {
+		cfg.RMSNormEps = *raw.RMSNormEps
+	}
+	cfg.RopeTheta = 10000
+	if raw.RopeTheta != nil {
+		cfg.RopeTheta = *raw.RopeTheta
+	}
+	if raw.TieWordEmbeddings != nil {
+		cfg.TieWordEmbeddings = *raw.TieWordEmbeddings
+	} else {
+		// transformers' PretrainedConfig defaults tie_word_embeddings to true.
+		cfg.TieWordEmbeddings = true
+	}
+	if raw.HiddenAct != nil && *raw.HiddenAct != "silu" {
+		return Config{}, fmt.Errorf("unsupported hidden_act %q (supported: silu)", *raw.HiddenAct)
+	}
+	if (raw.AttentionBias != nil && *raw.AttentionBias) || (raw.MLPBias != nil && *raw.MLPBias) {
+		return Config{}, errors.New("attention_bias and mlp_bias are not supported")
+	}
+
+	switch cfg.Architecture {
+	case ArchMiniCPM:
+		var missing []string
+		requireFloat := func(name string, v *float64, dst *float64) {
+			if v == nil {
+				missing = append(missing, name)
+				return
+			}
+			*dst = *v
+		}
+		requireFloat("scale_emb", raw.ScaleEmb, &cfg.ScaleEmb)
+		requireFloat("scale_depth", raw.ScaleDepth, &cfg.ScaleDepth)
+		requireFloat("dim_model_base", raw.DimModelBase, &cfg.DimModelBase)
+		if len(missing) > 0 {
+			return Config{}, fmt.Errorf("%s config.json lacks required field(s) %q", ArchMiniCPM, missing)
+		}
+	case ArchLlama:
+		cfg.ScaleEmb, cfg.ScaleDepth, cfg.DimModelBase = 1, 0, float64(cfg.HiddenSize)
+	}
+
+	if raw.BOSTokenID != nil {
+		cfg.BOSTokenID = *raw.BOSTokenID
+	}
+	eos, err := parseTokenIDs(raw.EOSTokenID)
+	if err != nil {
+		return Config{}, fmt.Errorf("eos_token_id: %w", err)
+	}
+	cfg.EOSTokenIDs = eos
+	if raw.MaskTokenID != nil {
+		cfg.MaskTokenID = *raw.MaskTokenID
+	}
+	// transformers 5 writes rope_parameters (with rope_theta inside); earlier versions
+	// rope_scaling beside a top-level rope_theta.
+	for _, rope := range []*json.RawMessage{raw.RopeScaling, raw.RopeParameters} {
+		if rope != nil && string(*rope) != "null" {
+			if err := cfg.parseRopeScaling(*rope); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// parseTokenIDs accepts an int, a list of ints, or nothing.
+func parseTokenIDs(raw json.RawMessage) ([]int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("want an integer or a list of integers, got %s", raw)
+	}
+	return many, nil
+}
+
+// parseRopeScaling accepts longrope whose short and long factors are equal: then the
+// frequencies do not depend on the sequence length and the rotation is exact at any
+// position.
+func (cfg *Config) parseRopeScaling(data []byte) error {
+	const supported = `supported: none, or "longrope" with equal short_factor and long_factor`
+	var rs rawRopeScaling
+	if err := json.Unmarshal(data, &rs); err != nil {
+		return fmt.Errorf("rope_scaling: %w (%s)", err, supported)
+	}
+	if rs.RopeTheta != nil {
+		cfg.RopeTheta = *rs.RopeTheta
+	}
+	kind := rs.RopeType
+	if kind == "" {
+		kind = rs.Type
+	}
+	if kind == "default" || (kind == "" && rs.Factor == nil && rs.ShortFactor == nil && rs.LongFactor == nil) {
+		return nil
+	}
+	if kind != "longrope" {
+		return fmt.Errorf("unsupported rope_scaling type %q (%s)", kind, supported)
+	}
+	half := cfg.HeadDim / 2
+	if len(rs.ShortFactor) != half || len(rs.LongFactor) != half {
+		return fmt.Errorf("rope_scaling: longrope needs %d short and long factors (head_dim/2), got %d and %d",
+			half, len(rs.ShortFactor), len(rs.LongFactor))
+	}
+	for i := range rs.ShortFactor {
+		if rs.ShortFactor[i] != rs.LongFactor[i] {
+			return fmt.Errorf("rope_scaling: longrope short_factor[%d]=%g differs from long_factor[%d]=%g (%s)",
+				i, rs.ShortFactor[i], i, rs.LongFactor[i], supported)
+		}
+		if !(rs.ShortFactor[i] > 0) {
+			return fmt.Errorf("rope_scaling: longrope factor[%d]=%g must be positive", i, rs.ShortFactor[i])
+		}
+	}
+	cfg.RopeFactors = rs.ShortFactor
+	// As in transformers and MiniCPM's own LongRoPE, cos and sin are multiplied by
+	// sqrt(1 + ln(factor)/ln(original)), where factor = max_position_embeddings/original.
+	cfg.RopeAttentionFactor = 1
+	if rs.AttentionFactor != nil {
+		cfg.RopeAttentionFactor = *rs.AttentionFactor
+		return nil
+	}
+	original, factor := float64(cfg.MaxPositionEmbeddings), 1.0
+	if rs.Factor != nil {
+		factor = *rs.Factor
+	}
+	if rs.OriginalMaxPositionEmbeddings != nil && *rs.OriginalMaxPositionEmbeddings > 0 {
+		original = float64(*rs.OriginalMaxPositionEmbeddings)
+		factor = float64(cfg.MaxPositionEmbeddings) / original
+	}
+	if factor > 1 {
+		cfg.RopeAttentionFactor = math.Sqrt(1 + math.Log(factor)/math.Log(original))
+	}
+	return nil
+}
+
+// Validate checks that the configuration is internally consistent.
+func (cfg Config) Validate() error {
+	for _, f := range []struct {
+		name  string
+		value int
+	}{
+		{"vocab_size", cfg.VocabSize}, {"hidden_size", cfg.HiddenSize}, {"intermediate_size", cfg.IntermediateSize},
+		{"num_hidden_layers", cfg.NumLayers}, {"num_attention_heads", cfg.NumHeads},
+		{"num_key_value_heads", cfg.NumKVHeads}, {"head_dim", cfg.HeadDim},
+		{"max_position_embeddings", cfg.MaxPositionEmbeddings},
+	} {
+		if f.value <= 0 {
+			return fmt.Errorf("config: %s must be positive, got %d", f.name, f.value)
+		}
+	}
+	if cfg.NumHeads%cfg.NumKVHeads != 0 {
+		return fmt.Errorf("config: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
+			cfg.NumHeads, cfg.NumKVHeads)
+	}
+	if cfg.HeadDim%2 != 0 {
+		return fmt.Errorf("config: head_dim (%d) must be even for rotary embeddings", cfg.HeadDim)
+	}
+	if cfg.MaskTokenID >= cfg.VocabSize {
+		return fmt.Errorf("config: mask_token_id %d is outside the vocabulary of %d", cfg.MaskTokenID, cfg.VocabSize)
+	}
+	for _, id := range cfg.EOSTokenIDs {
+		if id < 0 || id >= cfg.VocabSize {
+			return fmt.Errorf("config: eos_token_id %d is outside the vocabulary of %d", id, cfg.VocabSize)
+		}
+	}
+	if cfg.Architecture == ArchMiniCPM && cfg.DimModelBase <= 0 {
+		return fmt.Errorf("config: dim_model_base must be positive, got %g", cfg.DimModelBase)
+	}
+	return nil
+}
+
+// residualScale is the factor applied to each layer's attention and MLP outputs.
+func (cfg Config) residualScale() float64 {
+	if cfg.Architecture == ArchMiniCPM {
+		return cfg.ScaleDepth / math.Sqrt(float64(cfg.NumLayers))
+	}
+	return 1
+}
+
+// logitScale is the factor applied to the final hidden state before the head.
+func (cfg Config) logitScale() float64 {
+	if cfg.Architecture == ArchMiniCPM {
+		return cfg.DimModelBase / float64(cfg.HiddenSize)
+	}
+	return 1
+}
+
+// embedScale multiplies the token embeddings.
+func (cfg Config) embedScale() float64 {
+	if cfg.Architecture == ArchMiniCPM {
+		return cfg.ScaleEmb
+	}
+	return 1
+}
+
+// ropeInvFreq returns the rotary inverse frequencies, one per pair of dimensions.
+func (cfg Config) ropeInvFreq() []float64 {
+	half := cfg.HeadDim / 2
+	inv := make([]float64, half)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(cfg.RopeTheta, float64(2*i)/float64(cfg.HeadDim))
+		if cfg.RopeFactors != nil {
+			inv[i] /= cfg.RopeFactors[i]
+		}
+	}
+	return inv
+}

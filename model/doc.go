@@ -1,0 +1,14 @@
+// Package model computes the logits of MiniCPM-family block-diffusion checkpoints
+// through GoMLX, on the pure-Go backend or on XLA, as HF transformers would.
+//
+// Two architectures are supported: MiniCPMForCausalLM (with scale_emb, scale_depth and
+// dim_model_base) and LlamaForCausalLM (MiniCPM5). A [Model] holds device-resident
+// weights; its graph functions ([Model.Forward]) build the forward pass over a window of
+// tokens against a KV cache with block-causal attention, so that callers (the diffusion
+// decoder, calibration) can run it inside their own device-side loops. [Session] wraps
+// them for host-driven use: prefill, a denoise step that reads the cache, and a commit
+// that writes it.
+//
+// Shapes in doc comments use: b batch, w window length, s cache capacity, h hidden size,
+// v vocabulary, l layers.
+package model

@@ -1,0 +1,88 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/testutil"
+	"github.com/blockdiff/blockdiff/safetensors"
+)
+
+// logitTolerance bounds max |Δ| / max |reference| for float32 compute on bf16 weights.
+const logitTolerance = 1e-4
+
+type logitCase struct {
+	InputIDs  []int  `json:"input_ids"`
+	BlockSize int    `json:"block_size"`
+	Logits    string `json:"logits"`
+}
+
+// readReferenceLogits returns a [len, vocab] reference tensor as rows.
+func readReferenceLogits(t *testing.T, ckpt safetensors.Checkpoint, name string) [][]float32 {
+	t.Helper()
+	info, ok := ckpt.Lookup(name)
+	require.True(t, ok, "reference tensor %q", name)
+	flat, err := ckpt.Float32s(name)
+	require.NoError(t, err)
+	rows := make([][]float32, info.Shape[0])
+	for i := range rows {
+		rows[i] = flat[i*info.Shape[1] : (i+1)*info.Shape[1]]
+	}
+	return rows
+}
+
+// Every logit case of every fixture model, on the test backend in float32.
+func TestFixtureLogits(t *testing.T) {
+	b := testutil.Backend(t)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, err := Load(b, dir, LoadOptions{DType: dtypes.Float32})
+			require.NoError(t, err)
+			defer m.Close()
+			data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+			require.NoError(t, err)
+			var ref struct {
+				LogitCases []logitCase `json:"logit_cases"`
+			}
+			require.NoError(t, json.Unmarshal(data, &ref))
+			require.NotEmpty(t, ref.LogitCases)
+			logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
+			require.NoError(t, err)
+			defer logits.Close()
+			for _, c := range ref.LogitCases {
+				t.Run(fmt.Sprintf("%s", c.Logits), func(t *testing.T) {
+					got, err := m.Logits(c.InputIDs, c.BlockSize)
+					require.NoError(t, err)
+					rel := maxRelDiff(t, got, readReferenceLogits(t, logits, c.Logits))
+					t.Logf("max |Δ| / max |ref| = %.2g", rel)
+					require.LessOrEqual(t, rel, logitTolerance)
+				})
+			}
+		})
+	}
+}
+
+// The sharded checkpoint loads through its index and gives transformers' logits.
+func TestShardedLogits(t *testing.T) {
+	dir := fixtures.Dir(t, "safetensors", "sharded")
+	ref, err := safetensors.Open(fixtures.Dir(t, "safetensors", "sharded_reference_logits.safetensors"))
+	require.NoError(t, err)
+	defer ref.Close()
+	var ids []int
+	require.NoError(t, json.Unmarshal([]byte(ref.Metadata()["input_ids"]), &ids))
+	m, err := Load(testutil.Backend(t), dir, LoadOptions{DType: dtypes.Float32})
+	require.NoError(t, err)
+	defer m.Close()
+	got, err := m.Logits(ids, 1)
+	require.NoError(t, err)
+	rel := maxRelDiff(t, got, readReferenceLogits(t, ref, "logits"))
+	t.Logf("max |Δ| / max |ref| = %.2g", rel)
+	require.LessOrEqual(t, rel, logitTolerance)
+}

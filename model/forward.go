@@ -1,0 +1,130 @@
+package model
+
+import (
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+)
+
+// Window is the input of one forward pass: for each row of the batch, w consecutive
+// tokens starting at an absolute position, run against that row's cache.
+type Window struct {
+	// Tokens [b, w] int32.
+	Tokens *Node
+	// Start [b] int32: the position of Tokens[:, 0].
+	Start *Node
+	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
+	// to. Nil when the cache is not read (nor written).
+	CacheLen *Node
+	// WriteLen [b] int32: keys and values of the first WriteLen tokens are written to
+	// cache slots [Start, Start+WriteLen). Nil writes nothing.
+	WriteLen *Node
+	// BlockSize of block-causal attention: position p sees position q iff
+	// q/BlockSize <= p/BlockSize (1 is causal attention).
+	BlockSize int
+	// LogitIndices [b, r] int32 selects the window positions whose logits are
+	// computed; nil computes them all.
+	LogitIndices *Node
+}
+
+// ObserveFunc receives the input of each linear layer during graph construction,
+// e.g. to record its range for calibration.
+type ObserveFunc func(linear string, input *Node)
+
+// Forward builds the forward pass of a window against a cache (nil when the window
+// does not use one). It returns the logits [b, r, v] in float32 and the updated cache.
+// observe, when not nil, sees each linear layer's input.
+func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe ObserveFunc) (*Node, *CacheNodes) {
+	cfg := m.Config
+	x := Gather(w.Embed, InsertAxes(win.Tokens, -1)) // [b, w, h]
+	if s := cfg.embedScale(); s != 1 {
+		x = MulScalar(x, s)
+	}
+	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
+	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
+	mask := attentionMask(win, pos, cache)
+	apply := func(name string, lin Linear, x *Node) *Node {
+		if observe != nil {
+			observe(name, x)
+		}
+		return lin.Apply(x, w.Nodes(lin.Params()))
+	}
+
+	var newCache *CacheNodes
+	if cache != nil {
+		newCache = &CacheNodes{K: make([]*Node, cfg.NumLayers), V: make([]*Node, cfg.NumLayers)}
+	}
+	residualScale := cfg.residualScale()
+	for i, layer := range m.Layers {
+		h := rmsNorm(x, w.Node(layer.AttnNorm), cfg.RMSNormEps)
+		qkv := apply(linearName(i, "self_attn.qkv_proj"), layer.QKV, h)
+		var layerCache *layerKV
+		if cache != nil {
+			layerCache = &layerKV{k: cache.K[i], v: cache.V[i]}
+		}
+		attn, kv := m.attention(qkv, rope, mask, win, layerCache)
+		if cache != nil {
+			newCache.K[i], newCache.V[i] = kv.k, kv.v
+		}
+		x = addScaled(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
+
+		h = rmsNorm(x, w.Node(layer.MLPNorm), cfg.RMSNormEps)
+		gateUp := apply(linearName(i, "mlp.gate_up_proj"), layer.GateUp, h)
+		x = addScaled(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLU(gateUp)), residualScale)
+	}
+
+	if win.LogitIndices != nil {
+		x = takeRows(x, win.LogitIndices)
+	}
+	x = rmsNorm(x, w.Node(m.FinalNorm), cfg.RMSNormEps)
+	if s := cfg.logitScale(); s != 1 {
+		x = MulScalar(x, s)
+	}
+	logits := ConvertDType(apply("lm_head", m.Head, x), dtypes.Float32)
+	return logits, newCache
+}
+
+// positions returns the absolute positions [b, w] of a window starting at start [b].
+func positions(start *Node, width int) *Node {
+	g := start.Graph()
+	offsets := Iota(g, shapes.Make(dtypes.Int32, 1, width), 1)
+	return Add(InsertAxes(start, -1), offsets)
+}
+
+// takeRows gathers x[b, idx[b, r], ...] for x [b, w, ...] and idx [b, r].
+func takeRows(x, idx *Node) *Node {
+	g := x.Graph()
+	b, r := idx.Shape().Dimensions[0], idx.Shape().Dimensions[1]
+	rows := BroadcastToDims(Iota(g, shapes.Make(dtypes.Int32, b, 1), 0), b, r)
+	return Gather(x, Stack([]*Node{rows, ConvertDType(idx, dtypes.Int32)}, -1))
+}
+
+// addScaled returns x + y·scale in x's dtype.
+func addScaled(x, y *Node, scale float64) *Node {
+	if scale != 1 {
+		y = MulScalar(y, scale)
+	}
+	return Add(x, y)
+}
+
+// rmsNorm normalises x [..., h] with the variance computed in float32, then scales by
+// weight [h] in x's dtype, as transformers' LlamaRMSNorm does.
+func rmsNorm(x, weight *Node, eps float64) *Node {
+	x32 := ConvertDType(x, dtypes.Float32)
+	variance := ReduceAndKeep(Square(x32), ReduceMean, -1)
+	normed := ConvertDType(Mul(x32, Rsqrt(AddScalar(variance, eps))), x.DType())
+	dims := make([]int, x.Rank())
+	for i := range dims {
+		dims[i] = 1
+	}
+	dims[len(dims)-1] = weight.Shape().Dimensions[0]
+	return Mul(normed, Reshape(ConvertDType(weight, x.DType()), dims...))
+}
+
+// swiGLU computes silu(gate)·up from the fused [..., 2·f] projection.
+func swiGLU(gateUp *Node) *Node {
+	f := gateUp.Shape().Dimensions[gateUp.Rank()-1] / 2
+	gate := SliceAxis(gateUp, -1, AxisRange(0, f))
+	up := SliceAxis(gateUp, -1, AxisRange(f, 2*f))
+	return Mul(Mul(gate, Sigmoid(gate)), up)
+}

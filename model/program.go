@@ -1,0 +1,214 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/exceptions"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// Weights are the model's parameters as nodes of one graph under construction, in the
+// main function so that While-loop closures can read them.
+type Weights struct {
+	Model       *Model
+	order       []*tensors.Tensor // the model's parameters, in graph-parameter order
+	nodes       map[*tensors.Tensor]*Node
+	Embed       *Node
+	RopeInvFreq *Node
+}
+
+// bind returns the weights with nodes (one per parameter, in order) in place of w's.
+func (w *Weights) bind(nodes []*Node) *Weights {
+	b := &Weights{Model: w.Model, order: w.order, nodes: make(map[*tensors.Tensor]*Node, len(nodes))}
+	for i, t := range w.order {
+		b.nodes[t] = nodes[i]
+	}
+	b.Embed, b.RopeInvFreq = b.nodes[w.Model.Embed], b.nodes[w.Model.ropeInvFreq]
+	return b
+}
+
+// LoopFunc is the condition or body of a [Weights.While]: it receives the weights and
+// the loop's state and invariants as nodes of the closure being built.
+type LoopFunc func(w *Weights, state, invariants []*Node) []*Node
+
+// While runs body while cond (returning one boolean scalar) holds, inside one device
+// loop, for loops that read the model's weights. XLA's loop bodies cannot read nodes of
+// the enclosing function, so the weights and the invariants travel through the loop
+// as state, unchanged. It returns the final state.
+//
+// GoMLX caches scalar constants per graph, not per function: the enclosing function
+// must not create (through Scalar, MulScalar, Zeros, …) a constant the closures also
+// use; [graph.Const] is never cached and is safe.
+func (w *Weights) While(state, invariants []*Node, cond, body LoopFunc) []*Node {
+	ns, ni := len(state), len(invariants)
+	all := append(append(append([]*Node(nil), state...), invariants...), w.Nodes(w.order)...)
+	split := func(g *Graph) (*Weights, []*Node, []*Node) {
+		params := make([]*Node, len(all))
+		for i, x := range all {
+			params[i] = Parameter(g, "", x.Shape())
+		}
+		return w.bind(params[ns+ni:]), params[:ns], params[ns : ns+ni]
+	}
+	g := state[0].Graph()
+	condFn := NewClosure(g, func(g *Graph) []*Node {
+		return cond(split(g))
+	})
+	bodyFn := NewClosure(g, func(g *Graph) []*Node {
+		wb, st, inv := split(g)
+		next := body(wb, st, inv)
+		return append(append(next, inv...), wb.Nodes(wb.order)...)
+	})
+	return While(condFn, bodyFn, all...)[:ns]
+}
+
+// Node returns the graph node of one of the model's device tensors.
+func (w *Weights) Node(t *tensors.Tensor) *Node {
+	n, ok := w.nodes[t]
+	if !ok {
+		exceptions.Panicf("model: tensor %s is not a parameter of this graph", t.Shape())
+	}
+	return n
+}
+
+// Nodes returns the graph nodes of several device tensors.
+func (w *Weights) Nodes(ts []*tensors.Tensor) []*Node {
+	out := make([]*Node, len(ts))
+	for i, t := range ts {
+		out[i] = w.Node(t)
+	}
+	return out
+}
+
+// Program is a graph compiled for fixed input shapes. Its parameters are the caller's
+// inputs followed by the model's weights, which Run feeds from the device.
+type Program struct {
+	model   *Model
+	g       *Graph
+	inputs  []shapes.Shape
+	weights []*tensors.Tensor
+}
+
+// BuildFunc builds a graph's outputs from the model's weights and its inputs.
+type BuildFunc func(w *Weights, inputs []*Node) []*Node
+
+// Compile builds and compiles a program over the given input shapes.
+func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc) (*Program, error) {
+	g := NewGraph(m.backend, name)
+	p := &Program{model: m, g: g, inputs: inputs, weights: m.params()}
+	err := exceptions.TryCatch[error](func() {
+		inputNodes := make([]*Node, len(inputs))
+		for i, s := range inputs {
+			inputNodes[i] = Parameter(g, fmt.Sprintf("input_%d", i), s)
+		}
+		w := &Weights{Model: m, order: p.weights, nodes: make(map[*tensors.Tensor]*Node, len(p.weights))}
+		for i, t := range p.weights {
+			w.nodes[t] = Parameter(g, fmt.Sprintf("weight_%d", i), t.Shape())
+		}
+		w.Embed, w.RopeInvFreq = w.nodes[m.Embed], w.nodes[m.ropeInvFreq]
+		outputs := build(w, inputNodes)
+		if err := g.Compile(outputs...); err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		g.Finalize()
+		return nil, fmt.Errorf("model: compiling %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// CachedProgram returns the program compiled under key, compiling it with [Model.Compile]
+// on first use. Keys must identify what the build computes and its input shapes.
+func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc) (*Program, error) {
+	return m.programs.get(key, func() (*Program, error) { return m.Compile(key, inputs, build) })
+}
+
+// Run executes the program. The outputs stay on the device until read.
+func (p *Program) Run(inputs ...*tensors.Tensor) ([]*tensors.Tensor, error) {
+	return p.RunDonating(nil, inputs...)
+}
+
+// RunDonating executes the program and lets it reuse the device memory of the inputs
+// marked in donate, which are invalid afterwards.
+func (p *Program) RunDonating(donate []bool, inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
+	if len(inputs) != len(p.inputs) {
+		return nil, fmt.Errorf("model: program %s takes %d inputs, got %d", p.g.Name(), len(p.inputs), len(inputs))
+	}
+	backend := p.model.backend
+	buffers := make([]compute.Buffer, len(inputs)+len(p.weights))
+	donated := make([]bool, len(buffers))
+	for i, t := range inputs {
+		if !t.Shape().Equal(p.inputs[i]) {
+			return nil, fmt.Errorf("model: program %s input %d has shape %s, want %s", p.g.Name(), i, t.Shape(), p.inputs[i])
+		}
+		if i < len(donate) && donate[i] {
+			buffers[i], err = t.DonateBuffer(backend, 0)
+			donated[i] = true
+		} else {
+			buffers[i], err = t.Buffer(backend, 0)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
+		}
+	}
+	for i, t := range p.weights {
+		if buffers[len(inputs)+i], err = t.Buffer(backend, 0); err != nil {
+			return nil, fmt.Errorf("model: program %s weight %d: %w", p.g.Name(), i, err)
+		}
+	}
+	err = exceptions.TryCatch[error](func() { outputs = p.g.RunWithBuffers(buffers, donated, 0) })
+	if err != nil {
+		return nil, fmt.Errorf("model: running %s: %w", p.g.Name(), err)
+	}
+	return outputs, nil
+}
+
+// Graph returns the compiled graph, e.g. to inspect it.
+func (p *Program) Graph() *Graph { return p.g }
+
+// programCache keeps compiled programs by a key describing what they compute.
+type programCache struct {
+	mu       sync.Mutex
+	programs map[string]*Program
+}
+
+// get returns the cached program for key, compiling it on first use.
+func (c *programCache) get(key string, compile func() (*Program, error)) (*Program, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.programs[key]; ok {
+		return p, nil
+	}
+	p, err := compile()
+	if err != nil {
+		return nil, err
+	}
+	if c.programs == nil {
+		c.programs = map[string]*Program{}
+	}
+	c.programs[key] = p
+	return p, nil
+}
+
+func (c *programCache) finalize() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.programs {
+		p.g.Finalize()
+	}
+	c.programs = nil
+}
+
+// shapesKey renders shapes for a program cache key.
+func shapesKey(ss ...shapes.Shape) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ";")
+}

@@ -1,0 +1,183 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// Logits runs one forward pass over tokens with block-causal attention of the given
+// block size (1 is causal), without a cache, and returns the logits [len(tokens)][v].
+func (m *Model) Logits(tokens []int, blockSize int) ([][]float32, error) {
+	if err := m.checkTokens(tokens); err != nil {
+		return nil, err
+	}
+	if blockSize < 1 {
+		return nil, fmt.Errorf("model: block size must be at least 1, got %d", blockSize)
+	}
+	if len(tokens) > m.Config.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("model: %d tokens exceed max_position_embeddings %d", len(tokens), m.Config.MaxPositionEmbeddings)
+	}
+	w := len(tokens)
+	key := fmt.Sprintf("logits/%d/%d", w, blockSize)
+	p, err := m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, w)}, func(wt *Weights, in []*Node) []*Node {
+		start := Zeros(in[0].Graph(), shapes.Make(dtypes.Int32, 1))
+		logits, _ := m.Forward(wt, Window{Tokens: in[0], Start: start, BlockSize: blockSize}, nil, nil)
+		return []*Node{logits}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.Run(tokensTensor(tokens))
+	if err != nil {
+		return nil, err
+	}
+	return logitRows(out[0])
+}
+
+// Session runs one sequence against a KV cache, one forward pass per call, driven from
+// the host: [Session.Prefill] writes the prompt's blocks, [Session.Step] runs a block
+// against the cache without writing it, and [Session.Commit] writes a finished block.
+// The diffusion decoder builds the same passes into device-side loops instead.
+type Session struct {
+	m         *Model
+	cache     *Cache
+	capacity  int
+	blockSize int
+	length    int // positions in the cache
+}
+
+// NewSession allocates a cache of capacity positions for block-causal attention with
+// the given block size.
+func (m *Model) NewSession(capacity, blockSize int) (*Session, error) {
+	if blockSize < 1 {
+		return nil, fmt.Errorf("model: block size must be at least 1, got %d", blockSize)
+	}
+	cache, err := m.NewCache(1, capacity)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, cache: cache, capacity: capacity, blockSize: blockSize}, nil
+}
+
+// Len is the number of positions in the cache.
+func (s *Session) Len() int { return s.length }
+
+// Close frees the session's cache.
+func (s *Session) Close() { s.cache.Free() }
+
+// Prefill writes whole blocks of prompt tokens into the cache and returns the logits of
+// the last one.
+func (s *Session) Prefill(tokens []int) ([]float32, error) {
+	rows, err := s.run("prefill", tokens, true, true)
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// Step runs tokens (at most one block, starting a new block) against the cache without
+// writing it and returns their logits.
+func (s *Session) Step(tokens []int) ([][]float32, error) {
+	if len(tokens) > s.blockSize {
+		return nil, fmt.Errorf("model: a step takes at most one block (%d tokens), got %d", s.blockSize, len(tokens))
+	}
+	return s.run("step", tokens, false, false)
+}
+
+// Commit writes whole blocks into the cache and returns their logits.
+func (s *Session) Commit(tokens []int) ([][]float32, error) {
+	return s.run("commit", tokens, true, false)
+}
+
+func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]float32, error) {
+	m := s.m
+	if err := m.checkTokens(tokens); err != nil {
+		return nil, err
+	}
+	if write && len(tokens)%s.blockSize != 0 {
+		return nil, fmt.Errorf("model: %s writes whole blocks of %d tokens, got %d", kind, s.blockSize, len(tokens))
+	}
+	if s.length+len(tokens) > s.capacity {
+		return nil, fmt.Errorf("model: %s of %d tokens after %d would overflow the cache of %d positions",
+			kind, len(tokens), s.length, s.capacity)
+	}
+	w := len(tokens)
+	key := fmt.Sprintf("session/%s/%d/%d/%d", kind, w, s.capacity, s.blockSize)
+	cacheShape := m.CacheShape(1, s.capacity)
+	vec := shapes.Make(dtypes.Int32, 1)
+	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), vec}
+	for range 2 * m.Config.NumLayers {
+		inputs = append(inputs, cacheShape)
+	}
+	p, err := m.CachedProgram(key, inputs, func(wt *Weights, in []*Node) []*Node {
+		win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: s.blockSize}
+		if write {
+			win.WriteLen = Const(in[0].Graph(), []int32{int32(w)})
+		}
+		if lastOnly {
+			win.LogitIndices = Const(in[0].Graph(), [][]int32{{int32(w - 1)}})
+		}
+		logits, cache := m.Forward(wt, win, CacheNodesFrom(in[2:]), nil)
+		if !write {
+			return []*Node{logits} // An unchanged cache would be copied out.
+		}
+		return append([]*Node{logits}, cache.Nodes()...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	args := append([]*tensors.Tensor{tokensTensor(tokens), tensors.FromValue([]int32{int32(s.length)})}, s.cache.Tensors()...)
+	out, err := p.Run(args...)
+	if err != nil {
+		return nil, err
+	}
+	if write {
+		old := s.cache
+		s.cache = CacheFromTensors(out[1:])
+		old.Free()
+		s.length += w
+	}
+	return logitRows(out[0])
+}
+
+// checkTokens rejects empty inputs and ids outside the vocabulary, which the embedding
+// lookup would otherwise clamp silently.
+func (m *Model) checkTokens(tokens []int) error {
+	if len(tokens) == 0 {
+		return errors.New("model: no tokens")
+	}
+	for i, t := range tokens {
+		if t < 0 || t >= m.Config.VocabSize {
+			return fmt.Errorf("model: token %d at index %d is outside the vocabulary of %d", t, i, m.Config.VocabSize)
+		}
+	}
+	return nil
+}
+
+func tokensTensor(tokens []int) *tensors.Tensor {
+	ids := make([]int32, len(tokens))
+	for i, t := range tokens {
+		ids[i] = int32(t)
+	}
+	return tensors.FromFlatDataAndDimensions(ids, 1, len(ids))
+}
+
+// logitRows reads logits [1, r, v] back to the host.
+func logitRows(t *tensors.Tensor) ([][]float32, error) {
+	defer func() { _ = t.FinalizeAll() }()
+	dims := t.Shape().Dimensions
+	flat, err := tensors.CopyFlatData[float32](t)
+	if err != nil {
+		return nil, fmt.Errorf("model: reading logits: %w", err)
+	}
+	rows := make([][]float32, dims[1])
+	for i := range rows {
+		rows[i] = flat[i*dims[2] : (i+1)*dims[2]]
+	}
+	return rows, nil
+}

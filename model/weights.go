@@ -1,0 +1,117 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// Model is a loaded checkpoint: its configuration and its weights, resident on the
+// backend's device.
+type Model struct {
+	Config Config
+	// DType is the compute dtype of activations and dense weights: Float32 or BFloat16.
+	DType dtypes.DType
+
+	backend compute.Backend
+
+	// Embed is the token embedding [v, h].
+	Embed     *tensors.Tensor
+	Layers    []Layer
+	FinalNorm *tensors.Tensor
+	// Head maps the final hidden state to logits; when the embeddings are tied it is a
+	// Dense over Embed.
+	Head Linear
+
+	// ropeInvFreq are the rotary inverse frequencies [headDim/2], float32.
+	ropeInvFreq *tensors.Tensor
+
+	programs programCache
+}
+
+// Layer holds one decoder layer's weights. Q/K/V and gate/up are fused into one
+// linear each, so a layer runs four matrix multiplications.
+type Layer struct {
+	AttnNorm *tensors.Tensor // [h]
+	QKV      Linear          // h → (heads + 2·kvHeads)·headDim
+	O        Linear          // heads·headDim → h
+	MLPNorm  *tensors.Tensor // [h]
+	GateUp   Linear          // h → 2·intermediate
+	Down     Linear          // intermediate → h
+}
+
+// Backend returns the backend the weights live on.
+func (m *Model) Backend() compute.Backend { return m.backend }
+
+// NamedLinear is a linear layer of the model and its name, e.g.
+// "model.layers.3.self_attn.qkv_proj". Set replaces it in the model.
+type NamedLinear struct {
+	Name   string
+	Linear Linear
+	Set    func(Linear)
+}
+
+// Linears lists the model's linear layers in forward order, the head last.
+func (m *Model) Linears() []NamedLinear {
+	var out []NamedLinear
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		out = append(out,
+			NamedLinear{linearName(i, "self_attn.qkv_proj"), l.QKV, func(x Linear) { l.QKV = x }},
+			NamedLinear{linearName(i, "self_attn.o_proj"), l.O, func(x Linear) { l.O = x }},
+			NamedLinear{linearName(i, "mlp.gate_up_proj"), l.GateUp, func(x Linear) { l.GateUp = x }},
+			NamedLinear{linearName(i, "mlp.down_proj"), l.Down, func(x Linear) { l.Down = x }},
+		)
+	}
+	out = append(out, NamedLinear{"lm_head", m.Head, func(x Linear) { m.Head = x }})
+	return out
+}
+
+// params lists every device tensor the forward pass reads, each once, in a fixed order.
+func (m *Model) params() []*tensors.Tensor {
+	seen := map[*tensors.Tensor]bool{}
+	var list []*tensors.Tensor
+	add := func(ts ...*tensors.Tensor) {
+		for _, t := range ts {
+			if !seen[t] {
+				seen[t] = true
+				list = append(list, t)
+			}
+		}
+	}
+	add(m.Embed, m.ropeInvFreq)
+	for _, l := range m.Layers {
+		add(l.AttnNorm)
+		add(l.QKV.Params()...)
+		add(l.O.Params()...)
+		add(l.MLPNorm)
+		add(l.GateUp.Params()...)
+		add(l.Down.Params()...)
+	}
+	add(m.FinalNorm)
+	add(m.Head.Params()...)
+	return list
+}
+
+// WeightBytes is the device memory taken by the weights.
+func (m *Model) WeightBytes() int64 {
+	var n int64
+	for _, t := range m.params() {
+		n += t.Shape().ByteSize()
+	}
+	return n
+}
+
+// Close frees the device memory of the weights and compiled programs. The model must
+// not be used afterwards.
+func (m *Model) Close() error {
+	m.programs.finalize()
+	for _, t := range m.params() {
+		if err := t.FinalizeAll(); err != nil {
+			return fmt.Errorf("model: freeing weights: %w", err)
+		}
+	}
+	return nil
+}
