@@ -1,0 +1,423 @@
+package diffusion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/model"
+)
+
+// Decoder generates text with a model under one configuration. It is safe for
+// concurrent use; generations run one at a time on the device. Compiled programs are
+// kept by the model and shared by decoders of the same mode, block size and sampling.
+type Decoder struct {
+	m     *model.Model
+	cfg   Config
+	loop  *loop
+	stops []int // EOS and the configured stop tokens
+
+	mu sync.Mutex // serialises generations
+}
+
+// New returns a decoder for m. The model's mask token is required except in
+// autoregressive mode.
+func New(m *model.Model, cfg Config) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	mc := m.Config
+	if cfg.Mode != Autoregressive && mc.MaskTokenID < 0 {
+		return nil, errors.New("diffusion: the checkpoint has no mask_token_id; only autoregressive mode can run it")
+	}
+	stops := slices.Clone(mc.EOSTokenIDs)
+	for _, t := range cfg.StopTokens {
+		if t < 0 || t >= mc.VocabSize {
+			return nil, fmt.Errorf("diffusion: stop token %d is outside the vocabulary of %d", t, mc.VocabSize)
+		}
+		if !slices.Contains(stops, t) {
+			stops = append(stops, t)
+		}
+	}
+	if len(stops) > maxStops {
+		return nil, fmt.Errorf("diffusion: %d stop tokens (EOS included), at most %d", len(stops), maxStops)
+	}
+	block := cfg.blockSize()
+	window := block
+	if cfg.Mode == Fused {
+		window = 2 * block
+	}
+	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
+		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1,
+		blocksPerReadback: cfg.BlocksPerReadback}
+	return &Decoder{m: m, cfg: cfg, loop: l, stops: stops}, nil
+}
+
+// Config returns the decoder's configuration.
+func (d *Decoder) Config() Config { return d.cfg }
+
+// Generate decodes one prompt.
+func (d *Decoder) Generate(ctx context.Context, prompt []int) (*Result, error) {
+	results, err := d.GenerateBatch(ctx, [][]int{prompt})
+	if err != nil {
+		return nil, err
+	}
+	return results[0], nil
+}
+
+// GenerateBatch decodes several prompts together, of any lengths. Each result equals
+// what Generate returns for that prompt alone.
+func (d *Decoder) GenerateBatch(ctx context.Context, prompts [][]int) ([]*Result, error) {
+	return d.run(ctx, prompts, nil)
+}
+
+// Chunk is what [Decoder.Stream] yields: the tokens finished since the previous chunk
+// and, on the last chunk, the whole result.
+type Chunk struct {
+	Tokens []int
+	Result *Result
+}
+
+// Stream decodes one prompt and yields its tokens as blocks finish. It stops with
+// ctx's error, within one block, when ctx is cancelled; breaking out of the loop stops
+// the generation.
+func (d *Decoder) Stream(ctx context.Context, prompt []int) iter.Seq2[Chunk, error] {
+	return func(yield func(Chunk, error) bool) {
+		stopped := errors.New("stream consumer stopped")
+		results, err := d.run(ctx, [][]int{prompt}, func(_ int, tokens []int) error {
+			if !yield(Chunk{Tokens: tokens}, nil) {
+				return stopped
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, stopped):
+		case err != nil:
+			yield(Chunk{}, err)
+		default:
+			yield(Chunk{Result: results[0]}, nil)
+		}
+	}
+}
+
+// summaryCols are the per-row values read back after the sequence in a chunk's summary.
+const summaryCols = 8
+
+// run decodes prompts, calling emit (when not nil) with each row's newly finished tokens.
+func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, tokens []int) error) ([]*Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, cfg, mc := d.loop, d.cfg, d.m.Config
+	if len(prompts) == 0 {
+		return nil, errors.New("diffusion: no prompts")
+	}
+	maxPrompt := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("diffusion: prompt %d is empty (a BOS token counts)", i)
+		}
+		for j, t := range p {
+			if t < 0 || t >= mc.VocabSize {
+				return nil, fmt.Errorf("diffusion: prompt %d: token %d at index %d is outside the vocabulary of %d", i, t, j, mc.VocabSize)
+			}
+		}
+		maxPrompt = max(maxPrompt, len(p))
+	}
+	if maxPrompt+cfg.MaxNewTokens > mc.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("diffusion: a prompt of %d tokens plus %d new tokens exceeds max_position_embeddings %d",
+			maxPrompt, cfg.MaxNewTokens, mc.MaxPositionEmbeddings)
+	}
+	B, b := l.block, len(prompts)
+	// Room for the prompt, the new tokens, the anchor guess block and the window past it,
+	// rounded up so that similar requests share compiled programs.
+	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+2*B, 256)
+	prefillWidth := roundUp(max(bucket(maxPrompt/B*B), B), B)
+	// Iterations per chunk program: a block takes at most B+1 forwards.
+	inWhile := backend.RunsLoopsOnDevice(d.m.Backend())
+	maxIters := 1
+	if inWhile {
+		maxIters = cfg.BlocksPerReadback*(B+2) + 1
+	}
+
+	prefill, err := d.prefillProgram(b, capacity, prefillWidth)
+	if err != nil {
+		return nil, err
+	}
+	chunk, err := d.chunkProgram(b, capacity, maxIters, inWhile)
+	if err != nil {
+		return nil, err
+	}
+
+	seq := make([]int32, b*capacity)
+	prefillTokens := make([]int32, b*prefillWidth)
+	promptLen := make([]int32, b)
+	for i, p := range prompts {
+		row := seq[i*capacity : (i+1)*capacity]
+		for j := range row {
+			row[j] = int32(max(l.mask, 0))
+		}
+		for j, t := range p {
+			row[j] = int32(t)
+			if j < prefillWidth {
+				prefillTokens[i*prefillWidth+j] = int32(t)
+			}
+		}
+		promptLen[i] = int32(len(p))
+	}
+	stops := make([]int32, maxStops)
+	for i := range stops {
+		stops[i] = -1
+		if i < len(d.stops) {
+			stops[i] = int32(d.stops[i])
+		}
+	}
+	topP := cfg.TopP
+	if topP == 0 {
+		topP = 1
+	}
+	common := []*tensors.Tensor{
+		tensors.FromFlatDataAndDimensions(promptLen, b),
+		tensors.FromScalar(int32(cfg.MaxNewTokens)),
+		tensors.FromScalar(uint32(cfg.Seed)),
+		tensors.FromScalar(float32(cfg.Threshold)),
+		tensors.FromScalar(int32(cfg.MinReveal)),
+		tensors.FromValue(stops),
+		tensors.FromScalar(int32(cfg.Schedule)),
+		tensors.FromScalar(float32(max(cfg.Temperature, 1e-6))),
+		tensors.FromScalar(int32(cfg.TopK)),
+		tensors.FromScalar(float32(topP)),
+	}
+
+	results := make([]*Result, b)
+	for i := range results {
+		results[i] = &Result{Tokens: []int{}}
+	}
+	var stats Stats
+	start := time.Now()
+	state, err := prefill.Run(append(common, tensors.FromFlatDataAndDimensions(seq, b, capacity),
+		tensors.FromFlatDataAndDimensions(prefillTokens, b, prefillWidth))...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { freeAll(state) }()
+	stats.Execs++
+	// Wait for the prefill so its time is measured apart from decoding.
+	if _, err := state[numStateNodes-1].ValueSafe(); err != nil { // remasks: a small tensor
+		return nil, fmt.Errorf("diffusion: prefill: %w", err)
+	}
+	stats.Readbacks++
+	stats.PrefillTime = time.Since(start)
+
+	start = time.Now()
+	emitted := make([]int, b)
+	for i, p := range prompts {
+		emitted[i] = len(p)
+	}
+	// Every iteration makes progress, and a block takes at most B+2 of them: a bound
+	// that only a bug can reach, turned into an error rather than a hang.
+	maxRuns := (cfg.MaxNewTokens/B + 2) * (B + 2)
+	for run := 0; ; run++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if run > maxRuns {
+			return nil, fmt.Errorf("diffusion: internal error: generation unfinished after %d executions", run)
+		}
+		out, err := chunk.Run(append(common, state...)...)
+		if err != nil {
+			return nil, err
+		}
+		stats.Execs++
+		freeAll(state)
+		n := len(state)
+		state = out[:n]
+		sum, revealed, starts, iters := out[n], out[n+1], out[n+2], out[n+3]
+		rows, err := tensors.CopyFlatData[int32](sum)
+		stats.Readbacks++
+		if err != nil {
+			return nil, fmt.Errorf("diffusion: reading the state back: %w", err)
+		}
+		if cfg.Trace {
+			if err := d.collectTrace(results, revealed, starts, iters); err != nil {
+				return nil, err
+			}
+		}
+		freeAll(out[n:])
+		allDone := true
+		for i, p := range prompts {
+			row := rows[i*(capacity+summaryCols) : (i+1)*(capacity+summaryCols)]
+			r := d.readRow(row[:capacity], row[capacity:], len(p))
+			results[i].Stats = r.Stats
+			results[i].Finish = r.Stats.Finish
+			if r.end > emitted[i] {
+				tokens := make([]int, 0, r.end-emitted[i])
+				for _, t := range row[emitted[i]:r.end] {
+					tokens = append(tokens, int(t))
+				}
+				results[i].Tokens = append(results[i].Tokens, tokens...)
+				emitted[i] = r.end
+				if emit != nil {
+					if err := emit(i, tokens); err != nil {
+						return nil, err
+					}
+				}
+			}
+			allDone = allDone && r.done
+		}
+		if allDone {
+			break
+		}
+	}
+	stats.DecodeTime = time.Since(start)
+	for _, r := range results {
+		s := r.Stats
+		s.Execs, s.Readbacks, s.PrefillTime, s.DecodeTime = stats.Execs, stats.Readbacks, stats.PrefillTime, stats.DecodeTime
+		s.Tokens = len(r.Tokens)
+		if s.Forwards > 0 {
+			s.TokensPerForward = float64(s.Tokens) / float64(s.Forwards)
+		}
+		r.Stats = s
+	}
+	return results, nil
+}
+
+// summary packs what the host reads after a chunk into one [b, s+8] int32 tensor, so
+// a chunk costs one transfer.
+func summary(s *state) *Node {
+	cols := []*Node{s.seq}
+	for _, n := range []*Node{s.blockStart, s.pending, s.done, s.stopped, s.forwards, s.steps, s.commits, s.remasks} {
+		cols = append(cols, InsertAxes(ConvertDType(n, dtypes.Int32), -1))
+	}
+	return Concatenate(cols, 1)
+}
+
+// rowStatus is one row's progress read from a summary.
+type rowStatus struct {
+	end   int // positions before end are final
+	done  bool
+	Stats Stats
+}
+
+// readRow interprets one row of a summary: seq and the values after it.
+func (d *Decoder) readRow(seq, vals []int32, promptLen int) rowStatus {
+	l := d.loop
+	blockStart, pending, done, stopped := int(vals[0]), vals[1] != 0, vals[2] != 0, vals[3] != 0
+	r := rowStatus{done: done}
+	r.Stats.Forwards, r.Stats.DenoiseSteps, r.Stats.Commits, r.Stats.Remasks = int(vals[4]), int(vals[5]), int(vals[6]), int(vals[7])
+	limit := promptLen + d.cfg.MaxNewTokens
+	switch {
+	case done && stopped:
+		r.end = promptLen
+		for r.end < len(seq) && !slices.Contains(d.stops, int(seq[r.end])) {
+			r.end++
+		}
+		r.Stats.Finish = FinishStop
+	case done:
+		r.end = limit
+		r.Stats.Finish = FinishLength
+	case pending && d.cfg.Mode != Fused:
+		r.end = blockStart + l.block // the clean block awaiting its commit
+	default:
+		r.end = blockStart
+	}
+	r.end = max(min(r.end, limit), promptLen)
+	return r
+}
+
+// collectTrace appends the denoise steps of a chunk to each row's result.
+func (d *Decoder) collectTrace(results []*Result, revealedT, startsT, itersT *tensors.Tensor) error {
+	revealed, err := tensors.CopyFlatData[int32](revealedT)
+	if err != nil {
+		return err
+	}
+	starts, err := tensors.CopyFlatData[int32](startsT)
+	if err != nil {
+		return err
+	}
+	iters := int(tensors.ToScalar[int32](itersT))
+	b, B := len(results), d.loop.block
+	for it := range iters {
+		for r := range b {
+			var step Step
+			for i := range B {
+				if tok := revealed[(it*b+r)*B+i]; tok >= 0 {
+					step.Revealed = append(step.Revealed, [2]int{int(starts[it*b+r]) + i, int(tok)})
+				}
+			}
+			if len(step.Revealed) > 0 {
+				step.BlockStart = int(starts[it*b+r])
+				results[r].Steps = append(results[r].Steps, step)
+			}
+		}
+	}
+	return nil
+}
+
+// prefillProgram compiles (once) the prefill of b prompts into a cache of capacity
+// positions, the prompts' full blocks padded to width.
+func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error) {
+	return d.program(fmt.Sprintf("prefill/%d/%d/%d", b, capacity, width),
+		[]shapes.Shape{shapes.Make(dtypes.Int32, b, capacity), shapes.Make(dtypes.Int32, b, width)},
+		func(w *model.Weights, p params, in []*Node) []*Node {
+			return d.loop.prefill(w, p, in[0], in[1]).nodes()
+		})
+}
+
+// chunkProgram compiles (once) a chunk of at most maxIters iterations, inside a While
+// when inWhile.
+func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.Program, error) {
+	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
+	return d.program(key, stateShapes(d.m, b, d.loop.block, capacity),
+		func(w *model.Weights, p params, in []*Node) []*Node {
+			s, revealed, starts, iters := d.loop.chunk(w, p, fromNodes(in), maxIters, inWhile)
+			return append(s.nodes(), summary(s), revealed, starts, iters)
+		})
+}
+
+// programBuild builds a program's outputs from the weights, the common parameters and
+// its own inputs.
+type programBuild func(w *model.Weights, p params, in []*Node) []*Node
+
+// program returns a compiled program, compiling it on first use. Its inputs are the
+// parameters (see [params]) followed by inputs.
+func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild) (*model.Program, error) {
+	l := d.loop
+	b := inputs[0].Dimensions[0]
+	scalar := func(dt dtypes.DType) shapes.Shape { return shapes.Make(dt) }
+	all := append([]shapes.Shape{
+		shapes.Make(dtypes.Int32, b), scalar(dtypes.Int32), scalar(dtypes.Uint32), scalar(dtypes.Float32),
+		scalar(dtypes.Int32), shapes.Make(dtypes.Int32, maxStops), scalar(dtypes.Int32),
+		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32),
+	}, inputs...)
+	key = fmt.Sprintf("diffusion/%s/%d/%t/%t/%t/%s", l.mode, l.block, l.sampling, l.topK, l.topP, key)
+	return d.m.CachedProgram(key, all, func(w *model.Weights, in []*Node) []*Node {
+		return build(w, paramsFrom(in[:10]), in[10:])
+	})
+}
+
+func freeAll(ts []*tensors.Tensor) {
+	for _, t := range ts {
+		_ = t.FinalizeAll()
+	}
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// bucket rounds n up to a power of two, so prompts of similar lengths share programs.
+func bucket(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}

@@ -1,0 +1,15 @@
+// Package diffusion generates text with a block-diffusion checkpoint: each new block
+// starts as [anchor, MASK, …], and denoise steps reveal the masked positions whose
+// confidence passes a threshold, in parallel, until the block is clean.
+//
+// The decoder implements ../shared/spec/decoding.md exactly in three modes: [Reference]
+// (one forward per denoise step and one per commit), [Fused] (the default: a block's
+// commit shares its forward with the next block's first step, remasking when the
+// anchor guess was wrong) and [Autoregressive] (block size 1, the speed baseline).
+//
+// The loop runs on the device: the denoise steps, commits and remasks of one or more
+// blocks run inside one XLA While, and the host reads the state back once per
+// [Config.BlocksPerReadback] blocks. [Decoder.Generate] returns a whole generation,
+// [Decoder.Stream] yields tokens as blocks finish, and [Decoder.GenerateBatch] decodes
+// prompts of different lengths together with the same outputs as one by one.
+package diffusion
