@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -60,7 +61,7 @@ func Select() Choice {
 	if config := os.Getenv(GoMLXEnv); config != "" {
 		return Choice{Config: config, Reason: GoMLXEnv + " is set"}
 	}
-	if nvidiaDevicePresent() {
+	if devicePresent() {
 		for _, dir := range sitePackages() {
 			plugin := filepath.Join(dir, cudaPluginRelPath)
 			if fileExists(plugin) {
@@ -86,8 +87,17 @@ func New() (compute.Backend, Choice, error) {
 
 // NewWithConfig creates the backend named by a GoMLX configuration string, without
 // downloading anything.
-func NewWithConfig(config string) (compute.Backend, error) {
+func NewWithConfig(config string) (b compute.Backend, err error) {
 	name, _, _ := strings.Cut(config, ":")
+	if !slices.Contains(compute.List(), name) {
+		return nil, fmt.Errorf("backend: unknown backend %q in %q (available: %s)", name, config, strings.Join(compute.List(), ", "))
+	}
+	// Backend constructors may panic on bad options; report those as errors.
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("backend: creating %q: %v", config, r)
+		}
+	}()
 	if name == "xla" || name == "stablehlo" || name == "shlo" || name == "hlo" || name == "pjrt" {
 		if !xlaAvailable {
 			return nil, fmt.Errorf("backend %q needs XLA, which this binary was built without (it needs cgo)", config)
@@ -101,8 +111,9 @@ func NewWithConfig(config string) (compute.Backend, error) {
 	return compute.NewWithConfig(config)
 }
 
-// nvidiaDevicePresent reports whether the machine exposes an NVIDIA device node.
-func nvidiaDevicePresent() bool {
+// devicePresent reports whether the machine exposes an NVIDIA device node (a variable so
+// tests can pretend).
+var devicePresent = func() bool {
 	matches, _ := filepath.Glob("/dev/nvidia[0-9]*")
 	return len(matches) > 0
 }
