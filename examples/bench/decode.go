@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/model"
+)
+
+// decodeCase is one decoding configuration to time.
+type decodeCase struct {
+	name string
+	cfg  diffusion.Config
+}
+
+// decodeCases: both presets in fused mode under the two forced schedules, and the
+// autoregressive baseline. Readbacks every 16 blocks keep round trips rare.
+func decodeCases() []decodeCase {
+	var cases []decodeCase
+	for _, preset := range []string{"quality", "speed"} {
+		for _, schedule := range []diffusion.Schedule{diffusion.RevealAll, diffusion.RevealMin} {
+			cfg, _ := diffusion.Preset(preset)
+			cfg.Schedule = schedule
+			bound := "upper bound"
+			if schedule == diffusion.RevealMin {
+				bound = "lower bound"
+			}
+			cases = append(cases, decodeCase{fmt.Sprintf("fused %s, %s (%s)", preset, schedule, bound), cfg})
+		}
+	}
+	ar := diffusion.Quality
+	ar.Mode = diffusion.Autoregressive
+	cases = append(cases, decodeCase{"autoregressive", ar})
+	for i := range cases {
+		cases[i].cfg.MaxNewTokens = *newTokens
+		cases[i].cfg.BlocksPerReadback = 16
+	}
+	return cases
+}
+
+// benchDecode times whole generations: prompts of -context tokens, -new tokens each.
+func benchDecode(m *model.Model) []row {
+	var rows []row
+	for _, field := range strings.Split(*batches, ",") {
+		batch, err := strconv.Atoi(strings.TrimSpace(field))
+		check(err)
+		prompts := make([][]int, batch)
+		for i := range prompts {
+			prompts[i] = make([]int, *context_)
+			for j := range prompts[i] {
+				prompts[i][j] = (i*131 + j*7919) % (m.Config.VocabSize - 1)
+			}
+		}
+		for _, c := range decodeCases() {
+			d, err := diffusion.New(m, c.cfg)
+			check(err)
+			var last []*diffusion.Result
+			run := func() error {
+				last, err = d.GenerateBatch(context.Background(), prompts)
+				return err
+			}
+			start := time.Now()
+			check(run()) // warm-up, compiles
+			log.Printf("%s, batch %d: compiled and warmed up in %s", c.name, batch, time.Since(start).Round(time.Millisecond))
+			var decode []time.Duration
+			for range 3 {
+				check(run())
+				decode = append(decode, last[0].Stats.DecodeTime)
+			}
+			r := summarize(c.name, batch, decode, 1)
+			s := last[0].Stats
+			tokens := 0
+			for _, res := range last {
+				tokens += len(res.Tokens)
+			}
+			r.TokPerS = float64(tokens) / (r.Median / 1e3)
+			r.PerStep = float64(s.Tokens) / float64(s.Forwards)
+			r.Note = fmt.Sprintf("%d tokens/row, %d forwards/row, %.3f execs and %.3f readbacks per token, prefill %.1f ms",
+				s.Tokens, s.Forwards, float64(s.Execs)/float64(s.Tokens), float64(s.Readbacks)/float64(s.Tokens),
+				float64(s.PrefillTime.Microseconds())/1e3)
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}

@@ -1,0 +1,116 @@
+// Command bench measures blockdiff on the current backend: the latency of a 4-token
+// denoise step, an 8-token fused step and an autoregressive step (each inside a
+// device-side loop, and as one execution each), prefill, and decoding throughput at
+// several batch sizes for both presets under forced reveal schedules.
+//
+// By default it builds the MiniCPM5-2B shape with random weights, so no checkpoint is
+// needed; -model runs a real one. With random weights confidences mean nothing, so the
+// decoding figures use forced schedules: reveal-all (every mask at once, anchor
+// guesses accepted: an upper bound) and reveal-min (the preset's minimum per step: a
+// lower bound).
+//
+//	go run ./examples/bench -only steps,prefill,decode -batches 1,8,64
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/model"
+)
+
+var (
+	modelDir  = flag.String("model", "", "checkpoint folder (default: the MiniCPM5-2B shape with random weights)")
+	layers    = flag.Int("layers", 0, "override the number of layers of the random model (0: as configured)")
+	dtypeFlag = flag.String("dtype", "", "compute dtype: bfloat16 or float32 (default: the backend's)")
+	context_  = flag.Int("context", 512, "positions already in the cache for step timings")
+	capacity  = flag.Int("capacity", 2048, "cache capacity for step timings")
+	iters     = flag.Int("iters", 50, "forwards per device loop, and repetitions of single executions")
+	only      = flag.String("only", "steps,prefill,decode", "comma-separated: steps, prefill, decode")
+	batches   = flag.String("batches", "1,8,64", "batch sizes for decoding")
+	newTokens = flag.Int("new", 256, "tokens generated per prompt when decoding")
+	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")
+)
+
+// row is one measurement.
+type row struct {
+	Name    string  `json:"name"`
+	Batch   int     `json:"batch"`
+	Median  float64 `json:"median_ms"`
+	P10     float64 `json:"p10_ms"`
+	P90     float64 `json:"p90_ms"`
+	PerStep float64 `json:"tokens_per_step,omitempty"`
+	TokPerS float64 `json:"tokens_per_s,omitempty"`
+	Note    string  `json:"note,omitempty"`
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	b, choice, err := backend.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("backend: %s", choice)
+	m, err := loadModel(b)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("model: %s, %d layers, %s, weights %.2f GB", m.Config.Architecture, m.Config.NumLayers, m.DType,
+		float64(m.WeightBytes())/1e9)
+
+	var rows []row
+	parts := strings.Split(*only, ",")
+	if slices.Contains(parts, "steps") {
+		rows = append(rows, benchSteps(m)...)
+	}
+	if slices.Contains(parts, "prefill") {
+		rows = append(rows, benchPrefill(m)...)
+	}
+	if slices.Contains(parts, "decode") {
+		rows = append(rows, benchDecode(m)...)
+	}
+	printTable(rows)
+	if *jsonOut != "" {
+		data, _ := json.MarshalIndent(rows, "", " ")
+		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func loadModel(b compute.Backend) (*model.Model, error) {
+	dtype := model.DefaultDType(b)
+	switch *dtypeFlag {
+	case "":
+	case "bfloat16":
+		dtype = dtypes.BFloat16
+	case "float32":
+		dtype = dtypes.Float32
+	default:
+		return nil, fmt.Errorf("unknown -dtype %q", *dtypeFlag)
+	}
+	start := time.Now()
+	defer func() { log.Printf("loaded in %s", time.Since(start).Round(time.Millisecond)) }()
+	if *modelDir != "" {
+		return model.Load(b, *modelDir, model.LoadOptions{DType: dtype})
+	}
+	cfg := model.MiniCPM5_2B
+	if *layers > 0 {
+		cfg.NumLayers = *layers
+	}
+	// Random weights generate EOS as readily as anything else: without it every
+	// generation runs to its length, so runs are comparable.
+	cfg.EOSTokenIDs = nil
+	return model.NewRandom(b, cfg, dtype, 1)
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/model"
+)
+
+// stepKind is a forward pass shape the decoder runs.
+type stepKind struct {
+	name  string
+	width int // window positions
+	write int // positions written to the cache
+	block int // attention block size
+}
+
+var stepKinds = []stepKind{
+	{"denoise step (4 tokens)", 4, 0, 4},
+	{"fused step (8 tokens, commits 4)", 8, 4, 4},
+	{"autoregressive step (1 token)", 1, 1, 1},
+}
+
+// benchSteps times each kind of step inside a device loop (as the decoder runs them)
+// and as one execution each (with a host read per step).
+func benchSteps(m *model.Model) []row {
+	var rows []row
+	for _, k := range stepKinds {
+		if backend.RunsLoopsOnDevice(m.Backend()) {
+			r, err := timeStepLoop(m, k)
+			check(err)
+			rows = append(rows, r)
+		}
+		r, err := timeSingleStep(m, k)
+		check(err)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// window is the forward of one step kind over a cache holding `context` positions.
+func (k stepKind) window(g *Graph, tokens *Node) model.Window {
+	b := tokens.Shape().Dimensions[0]
+	start := Const(g, fill(b, int32(*context_)))
+	return model.Window{Tokens: tokens, Start: start, CacheLen: start, WriteLen: Const(g, fill(b, int32(k.write))), BlockSize: k.block}
+}
+
+// next feeds the argmax of every position back as the next tokens, so that the steps
+// depend on each other and nothing is hoisted out of the loop.
+func next(logits *Node) *Node { return ConvertDType(ArgMax(logits, -1), dtypes.Int32) }
+
+// timeStepLoop runs *iters steps inside one While and reports the time per step.
+func timeStepLoop(m *model.Model, k stepKind) (row, error) {
+	n := *iters
+	cacheShapes := cacheShapes(m, 1)
+	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes...)
+	key := fmt.Sprintf("bench/loop/%s/%d/%d/%d", k.name, n, *capacity, *context_)
+	compileStart := time.Now()
+	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
+		// Constants of the enclosing function are uncached (see model.Weights.While).
+		init := append([]*Node{Const(in[0].Graph(), int32(0))}, in...)
+		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
+			return []*Node{LessThan(st[0], Const(st[0].Graph(), int32(n)))}
+		}
+		body := func(w *model.Weights, st, _ []*Node) []*Node {
+			g := st[0].Graph()
+			logits, cache := m.Forward(w, k.window(g, st[1]), model.CacheNodesFrom(st[2:]), nil)
+			return append([]*Node{Add(st[0], Const(g, int32(1))), next(logits)}, cache.Nodes()...)
+		}
+		return []*Node{w.While(init, nil, cond, body)[1]}
+	})
+	if err != nil {
+		return row{}, err
+	}
+	cache, err := m.NewCache(1, *capacity)
+	if err != nil {
+		return row{}, err
+	}
+	defer cache.Free()
+	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	run := func() error {
+		out, err := p.Run(args...)
+		if err == nil {
+			_, err = out[0].ValueSafe() // wait for the device
+		}
+		return err
+	}
+	if err := run(); err != nil { // warm-up, compiles
+		return row{}, err
+	}
+	log.Printf("%s: loop compiled and warmed up in %s", k.name, time.Since(compileStart).Round(time.Millisecond))
+	times, err := repeat(5, run)
+	r := summarize(k.name+", in a device loop", 1, times, float64(n))
+	r.Note = fmt.Sprintf("%d steps per execution, context %d", n, *context_)
+	return r, err
+}
+
+// timeSingleStep runs one step per execution, reading its tokens back each time.
+func timeSingleStep(m *model.Model, k stepKind) (row, error) {
+	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes(m, 1)...)
+	key := fmt.Sprintf("bench/single/%s/%d/%d", k.name, *capacity, *context_)
+	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
+		logits, cache := m.Forward(w, k.window(in[0].Graph(), in[0]), model.CacheNodesFrom(in[1:]), nil)
+		out := []*Node{next(logits)}
+		if k.write > 0 {
+			out = append(out, cache.Nodes()...)
+		}
+		return out
+	})
+	if err != nil {
+		return row{}, err
+	}
+	cache, err := m.NewCache(1, *capacity)
+	if err != nil {
+		return row{}, err
+	}
+	defer cache.Free()
+	tokens := tensors.FromValue([][]int32{make([]int32, k.width)})
+	run := func() error {
+		out, err := p.Run(append([]*tensors.Tensor{tokens}, cache.Tensors()...)...)
+		if err != nil {
+			return err
+		}
+		_, err = out[0].ValueSafe()
+		for _, t := range out {
+			_ = t.FinalizeAll()
+		}
+		return err
+	}
+	if err := run(); err != nil {
+		return row{}, err
+	}
+	times, err := repeat(*iters, run)
+	r := summarize(k.name+", one execution each", 1, times, 1)
+	r.Note = "includes a host read; the cache is copied when written"
+	return r, err
+}
+
+// benchPrefill times the prefill of 512 and 2048 prompt tokens (one execution each,
+// block-causal with blocks of 4, keys and values written, logits of the last position).
+func benchPrefill(m *model.Model) []row {
+	var rows []row
+	for _, n := range []int{512, 2048} {
+		if n > m.Config.MaxPositionEmbeddings {
+			continue
+		}
+		key := fmt.Sprintf("bench/prefill/%d", n)
+		p, err := m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
+			g := in[0].Graph()
+			cache := &model.CacheNodes{}
+			for range m.Config.NumLayers {
+				cache.K = append(cache.K, Zeros(g, m.CacheShape(1, n)))
+				cache.V = append(cache.V, Zeros(g, m.CacheShape(1, n)))
+			}
+			win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
+				BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
+			logits, cache := m.Forward(w, win, cache, nil)
+			return append([]*Node{next(logits)}, cache.Nodes()...)
+		})
+		check(err)
+		tokens := make([]int32, n)
+		for i := range tokens {
+			tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
+		}
+		in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
+		run := func() error {
+			out, err := p.Run(in)
+			if err != nil {
+				return err
+			}
+			_, err = out[0].ValueSafe()
+			for _, t := range out {
+				_ = t.FinalizeAll()
+			}
+			return err
+		}
+		check(run())
+		times, err := repeat(10, run)
+		check(err)
+		r := summarize(fmt.Sprintf("prefill %d tokens", n), 1, times, 1)
+		r.TokPerS = float64(n) / (r.Median / 1e3)
+		r.Note = "one execution, cache written, last logits read"
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func cacheShapes(m *model.Model, batch int) []shapes.Shape {
+	list := make([]shapes.Shape, 2*m.Config.NumLayers)
+	for i := range list {
+		list[i] = m.CacheShape(batch, *capacity)
+	}
+	return list
+}
+
+func fill(n int, v int32) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}

@@ -1,0 +1,173 @@
+// Command generate decodes text with a block-diffusion checkpoint and streams it as
+// blocks finish, then prints how the decoding went.
+//
+//	go run ./examples/generate -model ~/models/MiniCPM5-2B-diffusion -prompt "Why is the sky blue?"
+//
+// With no -model it runs a tiny random-weight model built in memory, so it works
+// offline anywhere; its text is noise, and it says so.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/internal/demo"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/tokenizer"
+)
+
+var (
+	modelDir    = flag.String("model", "", "checkpoint folder with config.json, tokenizer.json and safetensors weights (default: a tiny random demo model)")
+	prompt      = flag.String("prompt", "Once upon a time", "the prompt")
+	system      = flag.String("system", "", "a system message (chat checkpoints)")
+	raw         = flag.Bool("raw", false, "encode the prompt as is, without the chat template")
+	preset      = flag.String("preset", "quality", "decoding preset: quality (threshold 0.9, 1 reveal) or speed (0.7, 2)")
+	mode        = flag.String("mode", "fused", "fused, reference or autoregressive")
+	blockSize   = flag.Int("block", 0, "block size (default: the preset's, 4)")
+	threshold   = flag.Float64("threshold", -1, "reveal threshold (default: the preset's)")
+	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step (default: the preset's)")
+	maxTokens   = flag.Int("max-tokens", 128, "maximum new tokens")
+	temperature = flag.Float64("temperature", 0, "sampling temperature (0: greedy)")
+	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
+	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability")
+	seed        = flag.Int64("seed", 0, "sampling seed")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	b, choice, err := backend.New()
+	if err != nil {
+		return err
+	}
+	log.Printf("backend: %s", choice)
+
+	m, tok, err := load(b)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ids, err := encodePrompt(tok)
+	if err != nil {
+		return err
+	}
+	cfg, err := decodeConfig()
+	if err != nil {
+		return err
+	}
+	dec, err := diffusion.New(m, cfg)
+	if err != nil {
+		return err
+	}
+
+	fmt.Print(*prompt)
+	text := tok.NewDecodeStream(true)
+	for chunk, err := range dec.Stream(ctx, ids) {
+		if err != nil {
+			fmt.Println()
+			return err
+		}
+		fmt.Print(text.Push(chunk.Tokens...))
+		if chunk.Result != nil {
+			fmt.Println(text.Flush())
+			printStats(chunk.Result.Stats, cfg)
+		}
+	}
+	return nil
+}
+
+// load returns the model and its tokenizer: the checkpoint's, or the demo's.
+func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
+	if *modelDir == "" {
+		log.Printf("no -model given: running a tiny model with RANDOM weights built in memory; its text is noise")
+		m, err := demo.Model(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		tok, err := demo.Tokenizer()
+		return m, tok, err
+	}
+	tok, err := tokenizer.LoadDir(*modelDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	bar := progressbar.DefaultBytes(-1, "loading weights")
+	start := time.Now()
+	m, err := model.Load(b, *modelDir, model.LoadOptions{Progress: func(done, total int64) {
+		bar.ChangeMax64(total)
+		_ = bar.Set64(done)
+	}})
+	_ = bar.Finish()
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Printf("loaded %s (%d layers, %s) in %s: %.2f GB of weights", m.Config.Architecture, m.Config.NumLayers,
+		m.DType, time.Since(start).Round(time.Millisecond), float64(m.WeightBytes())/1e9)
+	return m, tok, nil
+}
+
+// encodePrompt applies the chat template when the tokenizer has one (unless -raw).
+func encodePrompt(tok *tokenizer.Tokenizer) ([]int, error) {
+	if *raw || !tok.HasChatTemplate() {
+		return tok.Encode(*prompt)
+	}
+	var msgs []tokenizer.Message
+	if *system != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: *system})
+	}
+	// The user's text must not smuggle in control tokens: the template is rendered and
+	// its special tokens parsed, so reject text that spells one.
+	if tok.ContainsSpecialToken(*prompt) || tok.ContainsSpecialToken(*system) {
+		return nil, fmt.Errorf("the prompt contains text that spells a special token; use -raw to send it as is")
+	}
+	msgs = append(msgs, tokenizer.Message{Role: "user", Content: *prompt})
+	return tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true})
+}
+
+// decodeConfig starts from the preset and applies the flags given.
+func decodeConfig() (diffusion.Config, error) {
+	cfg, err := diffusion.Preset(*preset)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Mode, err = diffusion.ParseMode(*mode); err != nil {
+		return cfg, err
+	}
+	if *blockSize > 0 {
+		cfg.BlockSize = *blockSize
+	}
+	if *threshold >= 0 {
+		cfg.Threshold = *threshold
+	}
+	if *minReveal > 0 {
+		cfg.MinReveal = *minReveal
+	}
+	cfg.MaxNewTokens, cfg.Temperature, cfg.TopK, cfg.TopP, cfg.Seed = *maxTokens, *temperature, *topK, *topP, *seed
+	return cfg, cfg.Validate()
+}
+
+func printStats(s diffusion.Stats, cfg diffusion.Config) {
+	fmt.Fprintf(os.Stderr, "\n%s mode, block %d, threshold %g, min reveal %d\n", cfg.Mode, cfg.BlockSize, cfg.Threshold, cfg.MinReveal)
+	fmt.Fprintf(os.Stderr, "finish: %s, %d tokens, %d forwards (%.2f tokens per forward: %d denoise steps, %d commits, %d remasks)\n",
+		s.Finish, s.Tokens, s.Forwards, s.TokensPerForward, s.DenoiseSteps, s.Commits, s.Remasks)
+	fmt.Fprintf(os.Stderr, "prefill %s, decode %s, %.1f tokens/s, %d executions and %d host reads\n",
+		s.PrefillTime.Round(time.Microsecond), s.DecodeTime.Round(time.Microsecond), s.TokensPerSecond(), s.Execs, s.Readbacks)
+}
