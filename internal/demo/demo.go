@@ -81,4 +81,3 @@ func byteRunes() [256]rune {
 	}
 	return table
 }
-
