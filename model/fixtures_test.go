@@ -69,6 +69,63 @@ func TestFixtureLogits(t *testing.T) {
 	}
 }
 
+// bf16 weights and compute, as on GPUs: max |Δ| / max |ref| ≤ 2e-2, and the argmax equal
+// wherever the reference's top-2 gap exceeds 1e-2.
+func TestFixtureLogitsBFloat16(t *testing.T) {
+	b := testutil.Backend(t)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, err := Load(b, dir, LoadOptions{DType: dtypes.BFloat16})
+			require.NoError(t, err)
+			defer m.Close()
+			data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+			require.NoError(t, err)
+			var ref struct {
+				LogitCases []logitCase `json:"logit_cases"`
+			}
+			require.NoError(t, json.Unmarshal(data, &ref))
+			logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
+			require.NoError(t, err)
+			defer logits.Close()
+			worst, compared := 0.0, 0
+			for _, c := range ref.LogitCases {
+				got, err := m.Logits(c.InputIDs, c.BlockSize)
+				require.NoError(t, err)
+				want := readReferenceLogits(t, logits, c.Logits)
+				worst = max(worst, maxRelDiff(t, got, want))
+				for i := range want {
+					top, second := top2(want[i])
+					if want[i][top]-want[i][second] > 1e-2 {
+						gotTop, _ := top2(got[i])
+						require.Equal(t, top, gotTop, "%s position %d", c.Logits, i)
+						compared++
+					}
+				}
+			}
+			t.Logf("bf16: max |Δ| / max |ref| = %.2g over all cases; argmax equal at %d positions", worst, compared)
+			require.LessOrEqual(t, worst, 2e-2)
+			require.Positive(t, compared)
+		})
+	}
+}
+
+// top2 returns the indices of the largest and second largest values.
+func top2(row []float32) (first, second int) {
+	first, second = 0, 1
+	if row[1] > row[0] {
+		first, second = 1, 0
+	}
+	for i := 2; i < len(row); i++ {
+		switch {
+		case row[i] > row[first]:
+			first, second = i, first
+		case row[i] > row[second]:
+			second = i
+		}
+	}
+	return first, second
+}
+
 // The sharded checkpoint loads through its index and gives transformers' logits.
 func TestShardedLogits(t *testing.T) {
 	dir := fixtures.Dir(t, "safetensors", "sharded")

@@ -43,12 +43,13 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
-	apply := func(name string, lin Linear, x *Node) *Node {
+	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {
 			observe(name, x)
 		}
-		return lin.Apply(x, w.Nodes(lin.Params()))
+		return w.Nodes(lin.Params())
 	}
+	apply := func(name string, lin Linear, x *Node) *Node { return lin.Apply(x, paramsOf(name, lin, x)) }
 
 	var newCache *CacheNodes
 	if cache != nil {
@@ -80,7 +81,12 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	if s := cfg.logitScale(); s != 1 {
 		x = MulScalar(x, s)
 	}
-	logits := ConvertDType(apply("lm_head", m.Head, x), dtypes.Float32)
+	var logits *Node
+	if head, ok := m.Head.(Float32Linear); ok {
+		logits = head.ApplyFloat32(x, paramsOf("lm_head", head, x))
+	} else {
+		logits = ConvertDType(apply("lm_head", m.Head, x), dtypes.Float32)
+	}
 	return logits, newCache
 }
 

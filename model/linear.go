@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 
+	"github.com/gomlx/compute/dtypes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads best unqualified, as in GoMLX.
 	"github.com/gomlx/gomlx/core/tensors"
 )
@@ -21,6 +22,14 @@ type Linear interface {
 	OutFeatures() int
 }
 
+// Float32Linear is a [Linear] that can also return float32 outputs from lower-precision
+// inputs without rounding them to the input's dtype. The head uses it when available, so
+// that bf16 models keep float32 logits (confidences and near-ties depend on it).
+type Float32Linear interface {
+	Linear
+	ApplyFloat32(x *Node, params []*Node) *Node
+}
+
 // Dense is a linear layer whose weight [out, in] is stored in the compute dtype, as in
 // the checkpoint (HF's nn.Linear layout).
 type Dense struct {
@@ -33,6 +42,15 @@ func (d *Dense) Params() []*tensors.Tensor { return []*tensors.Tensor{d.Weight} 
 // Apply implements [Linear].
 func (d *Dense) Apply(x *Node, params []*Node) *Node {
 	return DenseApply(x, params[0])
+}
+
+// ApplyFloat32 implements [Float32Linear]: the products accumulate and stay in float32.
+func (d *Dense) ApplyFloat32(x *Node, params []*Node) *Node {
+	w := params[0]
+	if w.DType() != x.DType() {
+		w = ConvertDType(w, x.DType())
+	}
+	return Dot(x, w).WithOutputDType(dtypes.Float32).General([]int{x.Rank() - 1}, nil, []int{1}, nil)
 }
 
 // InFeatures implements [Linear].
