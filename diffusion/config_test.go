@@ -1,0 +1,70 @@
+package diffusion
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigValidation(t *testing.T) {
+	require.NoError(t, Quality.Validate())
+	require.NoError(t, Speed.Validate())
+	for name, c := range map[string]struct {
+		edit func(*Config)
+		want string
+	}{
+		"block":        {func(c *Config) { c.BlockSize = 0 }, "block size must be at least 1"},
+		"fused block":  {func(c *Config) { c.BlockSize = 1 }, "fused mode needs a block size above 1"},
+		"threshold":    {func(c *Config) { c.Threshold = 1.5 }, "threshold must be in [0, 1]"},
+		"min reveal":   {func(c *Config) { c.MinReveal = 0 }, "minimum reveals"},
+		"max tokens":   {func(c *Config) { c.MaxNewTokens = 0 }, "max new tokens"},
+		"temperature":  {func(c *Config) { c.Temperature = -1 }, "temperature"},
+		"top-p":        {func(c *Config) { c.TopP = 2 }, "top-p"},
+		"readback":     {func(c *Config) { c.BlocksPerReadback = 0 }, "blocks per readback"},
+		"mode":         {func(c *Config) { c.Mode = 9 }, "unknown mode"},
+		"schedule":     {func(c *Config) { c.Schedule = 9 }, "unknown schedule"},
+		"two mistakes": {func(c *Config) { c.MinReveal, c.TopK = 0, -1 }, "top-k must be non-negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := Quality
+			c.edit(&cfg)
+			require.ErrorContains(t, cfg.Validate(), c.want)
+		})
+	}
+	_, err := ParseMode("diagonal")
+	require.ErrorContains(t, err, "unknown mode")
+	_, err = Preset("fast")
+	require.ErrorContains(t, err, "unknown preset")
+}
+
+func TestBadRequests(t *testing.T) {
+	m := tinyModel(t)
+	d, err := New(m, Quality)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = d.Generate(ctx, nil)
+	require.ErrorContains(t, err, "prompt 0 is empty")
+	_, err = d.Generate(ctx, []int{1, m.Config.VocabSize})
+	require.ErrorContains(t, err, "outside the vocabulary")
+	_, err = d.GenerateBatch(ctx, nil)
+	require.ErrorContains(t, err, "no prompts")
+
+	long := Quality
+	long.MaxNewTokens = m.Config.MaxPositionEmbeddings
+	d, err = New(m, long)
+	require.NoError(t, err)
+	_, err = d.Generate(ctx, []int{1})
+	require.ErrorContains(t, err, "exceeds max_position_embeddings")
+
+	many := Quality
+	many.StopTokens = make([]int, maxStops)
+	for i := range many.StopTokens {
+		many.StopTokens[i] = i + 10
+	}
+	_, err = New(m, many)
+	require.ErrorContains(t, err, "stop tokens")
+	many.StopTokens = []int{m.Config.VocabSize}
+	_, err = New(m, many)
+	require.ErrorContains(t, err, "outside the vocabulary")
+}
