@@ -100,7 +100,6 @@ func (l *loop) hitsStop(p params, tokens, masked, blockStart *Node) *Node {
 // block starts at once with the anchor guess, so the commit can share the next
 // forward. guess [b] is the candidate for the position after the block.
 func (l *loop) finishBlocks(s *state, p params, active, guess *Node) (*state, *Node) {
-	g := s.seq.Graph()
 	B := l.block
 	clean := LogicalAnd(active, LogicalAnd(LogicalNot(s.pending), LogicalNot(ReduceLogicalOr(s.masked, -1))))
 	generated := Sub(AddScalar(s.blockStart, B), p.promptLen)
@@ -112,22 +111,22 @@ func (l *loop) finishBlocks(s *state, p params, active, guess *Node) (*state, *N
 	if l.mode == Fused {
 		next := AddScalar(s.blockStart, B)
 		n.blockStart = sel(advance, next, s.blockStart)
-		anchor := Concatenate([]*Node{InsertAxes(guess, -1), l.maskTokens(g, s.seq.Shape().Dimensions[0], B-1)}, -1)
-		n.seq = writeAt(s.seq, next, anchor, BroadcastToDims(InsertAxes(advance, -1), anchor.Shape().Dimensions...))
-		n.masked = sel(advance, BroadcastToDims(l.freshMask(g), s.masked.Shape().Dimensions...), s.masked)
+		tokens, masked := l.newBlock(InsertAxes(guess, -1))
+		n.seq = writeAt(s.seq, next, tokens, BroadcastToDims(InsertAxes(advance, -1), tokens.Shape().Dimensions...))
+		n.masked = sel(advance, masked, s.masked)
 	}
 	return &n, clean
 }
 
-// maskTokens returns [b, n] MASK ids.
-func (l *loop) maskTokens(g *Graph, b, n int) *Node {
-	return BroadcastToDims(Scalar(g, dtypes.Int32, l.mask), b, n)
-}
-
-// freshMask is the mask of a block that starts with its anchor: [1, B], all but the
-// first position masked.
-func (l *loop) freshMask(g *Graph) *Node {
-	return GreaterThan(rowIota(g, l.block), ZerosLike(rowIota(g, l.block)))
+// newBlock returns the tokens [b, B] and mask of blocks that start with anchor [b, 1]:
+// [anchor, MASK, …], all but the first position masked.
+func (l *loop) newBlock(anchor *Node) (tokens, masked *Node) {
+	g := anchor.Graph()
+	b, B := anchor.Shape().Dimensions[0], l.block
+	tokens = Concatenate([]*Node{anchor, BroadcastToDims(Scalar(g, dtypes.Int32, l.mask), b, B-1)}, -1)
+	i := rowIota(g, B)
+	masked = BroadcastToDims(GreaterThan(i, ZerosLike(i)), b, B)
+	return tokens, masked
 }
 
 // iterate runs one forward for every row and applies the transition of its mode. It
@@ -136,7 +135,6 @@ func (l *loop) freshMask(g *Graph) *Node {
 func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, record, clean *Node) {
 	g := s.seq.Graph()
 	B, W := l.block, l.window
-	b := s.seq.Shape().Dimensions[0]
 	fused := l.mode == Fused
 	active := LogicalNot(s.done)
 	pendingB := MulScalar(ConvertDType(s.pending, dtypes.Int32), B)
@@ -169,7 +167,7 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 	n.forwards = count(s.forwards, active)
 	commit := LogicalAnd(active, s.pending)
 	n.commits = count(s.commits, commit)
-	n.pending = LogicalAnd(s.pending, LogicalNot(active))
+	n.pending = LogicalAnd(s.pending, LogicalNot(active)) // this forward commits
 	blockCand := SliceAxis(cand, -1, AxisRange(0, B))
 	blockConf := SliceAxis(conf, -1, AxisRange(0, B))
 	tokens := readAt(s.seq, s.blockStart, B)
@@ -185,17 +183,17 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 		remask := LogicalAnd(LogicalAnd(commit, natural), Squeeze(NotEqual(anchor, guess), -1))
 		n.remasks = count(s.remasks, remask)
 		step = LogicalAnd(active, LogicalNot(remask))
-		restart := Concatenate([]*Node{anchor, l.maskTokens(g, b, B-1)}, -1)
+		restart, restartMask := l.newBlock(anchor)
 		tokens = sel(remask, restart, tokens)
-		masked = sel(remask, BroadcastToDims(l.freshMask(g), b, B), masked)
+		masked = sel(remask, restartMask, masked)
 	} else {
 		// Reference: a pending row commits and starts the next block with its anchor.
 		step = LogicalAnd(active, LogicalNot(s.pending))
 		next := AddScalar(s.blockStart, B)
 		n.blockStart = sel(commit, next, s.blockStart)
-		anchorBlock := Concatenate([]*Node{SliceAxis(cand, -1, AxisElem(B)), l.maskTokens(g, b, B-1)}, -1)
-		tokens = sel(commit, anchorBlock, tokens)
-		masked = sel(commit, BroadcastToDims(l.freshMask(g), b, B), masked)
+		started, startedMask := l.newBlock(SliceAxis(cand, -1, AxisElem(B)))
+		tokens = sel(commit, started, tokens)
+		masked = sel(commit, startedMask, masked)
 	}
 	stepped, steppedMask, revealed := l.denoise(p, tokens, masked, blockCand, blockConf)
 	tokens = sel(step, stepped, tokens)
