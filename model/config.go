@@ -138,19 +138,12 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("unsupported architecture %q (supported: %s, %s)", cfg.Architecture, ArchMiniCPM, ArchLlama)
 	}
 	var missing []string
-	requireInt := func(name string, v *int, dst *int) {
-		if v == nil {
-			missing = append(missing, name)
-			return
-		}
-		*dst = *v
-	}
-	requireInt("vocab_size", raw.VocabSize, &cfg.VocabSize)
-	requireInt("hidden_size", raw.HiddenSize, &cfg.HiddenSize)
-	requireInt("intermediate_size", raw.IntermediateSize, &cfg.IntermediateSize)
-	requireInt("num_hidden_layers", raw.NumHiddenLayers, &cfg.NumLayers)
-	requireInt("num_attention_heads", raw.NumAttentionHeads, &cfg.NumHeads)
-	requireInt("max_position_embeddings", raw.MaxPositionEmbeddings, &cfg.MaxPositionEmbeddings)
+	required(&missing, "vocab_size", raw.VocabSize, &cfg.VocabSize)
+	required(&missing, "hidden_size", raw.HiddenSize, &cfg.HiddenSize)
+	required(&missing, "intermediate_size", raw.IntermediateSize, &cfg.IntermediateSize)
+	required(&missing, "num_hidden_layers", raw.NumHiddenLayers, &cfg.NumLayers)
+	required(&missing, "num_attention_heads", raw.NumAttentionHeads, &cfg.NumHeads)
+	required(&missing, "max_position_embeddings", raw.MaxPositionEmbeddings, &cfg.MaxPositionEmbeddings)
 	if len(missing) > 0 {
 		return Config{}, fmt.Errorf("config.json lacks required field(s) %q", missing)
 	}
@@ -186,17 +179,9 @@ func ParseConfig(data []byte) (Config, error) {
 
 	switch cfg.Architecture {
 	case ArchMiniCPM:
-		var missing []string
-		requireFloat := func(name string, v *float64, dst *float64) {
-			if v == nil {
-				missing = append(missing, name)
-				return
-			}
-			*dst = *v
-		}
-		requireFloat("scale_emb", raw.ScaleEmb, &cfg.ScaleEmb)
-		requireFloat("scale_depth", raw.ScaleDepth, &cfg.ScaleDepth)
-		requireFloat("dim_model_base", raw.DimModelBase, &cfg.DimModelBase)
+		required(&missing, "scale_emb", raw.ScaleEmb, &cfg.ScaleEmb)
+		required(&missing, "scale_depth", raw.ScaleDepth, &cfg.ScaleDepth)
+		required(&missing, "dim_model_base", raw.DimModelBase, &cfg.DimModelBase)
 		if len(missing) > 0 {
 			return Config{}, fmt.Errorf("%s config.json lacks required field(s) %q", ArchMiniCPM, missing)
 		}
@@ -228,6 +213,15 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// required copies a required field, or adds its name to missing when absent.
+func required[T int | float64](missing *[]string, name string, v, dst *T) {
+	if v == nil {
+		*missing = append(*missing, name)
+		return
+	}
+	*dst = *v
 }
 
 // parseTokenIDs accepts an int, a list of ints, or nothing.

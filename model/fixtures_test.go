@@ -2,7 +2,6 @@ package model
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,6 +21,22 @@ type logitCase struct {
 	InputIDs  []int  `json:"input_ids"`
 	BlockSize int    `json:"block_size"`
 	Logits    string `json:"logits"`
+}
+
+// logitCases reads a fixture model's logit cases and opens their reference logits.
+func logitCases(t *testing.T, dir string) ([]logitCase, safetensors.Checkpoint) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	require.NoError(t, err)
+	var ref struct {
+		LogitCases []logitCase `json:"logit_cases"`
+	}
+	require.NoError(t, json.Unmarshal(data, &ref))
+	require.NotEmpty(t, ref.LogitCases)
+	logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = logits.Close() })
+	return ref.LogitCases, logits
 }
 
 // readReferenceLogits returns a [len, vocab] reference tensor as rows.
@@ -46,18 +61,9 @@ func TestFixtureLogits(t *testing.T) {
 			m, err := Load(b, dir, LoadOptions{DType: dtypes.Float32})
 			require.NoError(t, err)
 			defer m.Close()
-			data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-			require.NoError(t, err)
-			var ref struct {
-				LogitCases []logitCase `json:"logit_cases"`
-			}
-			require.NoError(t, json.Unmarshal(data, &ref))
-			require.NotEmpty(t, ref.LogitCases)
-			logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
-			require.NoError(t, err)
-			defer logits.Close()
-			for _, c := range ref.LogitCases {
-				t.Run(fmt.Sprintf("%s", c.Logits), func(t *testing.T) {
+			cases, logits := logitCases(t, dir)
+			for _, c := range cases {
+				t.Run(c.Logits, func(t *testing.T) {
 					got, err := m.Logits(c.InputIDs, c.BlockSize)
 					require.NoError(t, err)
 					rel := maxRelDiff(t, got, readReferenceLogits(t, logits, c.Logits))
@@ -78,17 +84,9 @@ func TestFixtureLogitsBFloat16(t *testing.T) {
 			m, err := Load(b, dir, LoadOptions{DType: dtypes.BFloat16})
 			require.NoError(t, err)
 			defer m.Close()
-			data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-			require.NoError(t, err)
-			var ref struct {
-				LogitCases []logitCase `json:"logit_cases"`
-			}
-			require.NoError(t, json.Unmarshal(data, &ref))
-			logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
-			require.NoError(t, err)
-			defer logits.Close()
+			cases, logits := logitCases(t, dir)
 			worst, compared := 0.0, 0
-			for _, c := range ref.LogitCases {
+			for _, c := range cases {
 				got, err := m.Logits(c.InputIDs, c.BlockSize)
 				require.NoError(t, err)
 				want := readReferenceLogits(t, logits, c.Logits)

@@ -85,13 +85,7 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 	}
 	defer cache.Free()
 	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
-	run := func() error {
-		out, err := p.Run(args...)
-		if err == nil {
-			_, err = out[0].ValueSafe() // wait for the device
-		}
-		return err
-	}
+	run := func() error { return runAndWait(p, args...) }
 	if err := run(); err != nil { // warm-up, compiles
 		return row{}, err
 	}
@@ -122,18 +116,8 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 		return row{}, err
 	}
 	defer cache.Free()
-	tokens := tensors.FromValue([][]int32{make([]int32, k.width)})
-	run := func() error {
-		out, err := p.Run(append([]*tensors.Tensor{tokens}, cache.Tensors()...)...)
-		if err != nil {
-			return err
-		}
-		_, err = out[0].ValueSafe()
-		for _, t := range out {
-			_ = t.FinalizeAll()
-		}
-		return err
-	}
+	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	run := func() error { return runAndWait(p, args...) }
 	if err := run(); err != nil {
 		return row{}, err
 	}
@@ -170,17 +154,7 @@ func benchPrefill(m *model.Model) []row {
 			tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
 		}
 		in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
-		run := func() error {
-			out, err := p.Run(in)
-			if err != nil {
-				return err
-			}
-			_, err = out[0].ValueSafe()
-			for _, t := range out {
-				_ = t.FinalizeAll()
-			}
-			return err
-		}
+		run := func() error { return runAndWait(p, in) }
 		check(run())
 		times, err := repeat(10, run)
 		check(err)
@@ -190,6 +164,20 @@ func benchPrefill(m *model.Model) []row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// runAndWait executes p, waits until its first output reaches the host (so the time
+// covers the device's work) and frees the outputs.
+func runAndWait(p *model.Program, args ...*tensors.Tensor) error {
+	out, err := p.Run(args...)
+	if err != nil {
+		return err
+	}
+	_, err = out[0].ValueSafe()
+	for _, t := range out {
+		_ = t.FinalizeAll()
+	}
+	return err
 }
 
 func cacheShapes(m *model.Model, batch int) []shapes.Shape {
