@@ -36,3 +36,18 @@ section "blockdiff bench"
 export GOMLX_BACKEND="xla:$plugin,preallocate=true"
 timeout 420 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
 echo "bench: rc=$?"; tail -30 "$OUT/bench.log"
+
+# 4. Where the time goes (only with "bash bench/gpu.sh explore"): the step loop's HLO
+#    after optimisation (fusions, chosen GEMM kernels), then the same steps under XLA
+#    flag variants.
+if [ "${1:-}" = explore ]; then
+  section "XLA dump of the step loops"
+  XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*bench.loop.*" \
+    timeout 150 .gpu/bin/bench -only steps -iters 20 >"$OUT/dump.log" 2>&1
+  tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"
+  for flags in "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL" \
+               "--xla_gpu_autotune_level=4" "--xla_gpu_enable_triton_gemm=false"; do
+    section "steps with XLA_FLAGS=$flags"
+    XLA_FLAGS="$flags" timeout 150 .gpu/bin/bench -only steps -iters 20 2>&1 | tail -7
+  done
+fi
