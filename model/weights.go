@@ -46,7 +46,8 @@ type Layer struct {
 func (m *Model) Backend() compute.Backend { return m.backend }
 
 // NamedLinear is a linear layer of the model and its name, e.g.
-// "model.layers.3.self_attn.qkv_proj". Set replaces it in the model.
+// "model.layers.3.self_attn.qkv_proj". Set replaces it in the model; programs compiled
+// before read the old weights, so the model drops them (they recompile on next use).
 type NamedLinear struct {
 	Name   string
 	Linear Linear
@@ -56,16 +57,20 @@ type NamedLinear struct {
 // Linears lists the model's linear layers in forward order, the head last.
 func (m *Model) Linears() []NamedLinear {
 	var out []NamedLinear
+	add := func(name string, slot *Linear) {
+		out = append(out, NamedLinear{name, *slot, func(x Linear) {
+			*slot = x
+			m.programs.finalize()
+		}})
+	}
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		out = append(out,
-			NamedLinear{linearName(i, "self_attn.qkv_proj"), l.QKV, func(x Linear) { l.QKV = x }},
-			NamedLinear{linearName(i, "self_attn.o_proj"), l.O, func(x Linear) { l.O = x }},
-			NamedLinear{linearName(i, "mlp.gate_up_proj"), l.GateUp, func(x Linear) { l.GateUp = x }},
-			NamedLinear{linearName(i, "mlp.down_proj"), l.Down, func(x Linear) { l.Down = x }},
-		)
+		add(linearName(i, "self_attn.qkv_proj"), &l.QKV)
+		add(linearName(i, "self_attn.o_proj"), &l.O)
+		add(linearName(i, "mlp.gate_up_proj"), &l.GateUp)
+		add(linearName(i, "mlp.down_proj"), &l.Down)
 	}
-	out = append(out, NamedLinear{"lm_head", m.Head, func(x Linear) { m.Head = x }})
+	add("lm_head", &m.Head)
 	return out
 }
 
