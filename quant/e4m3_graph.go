@@ -164,11 +164,13 @@ func constOf[T uint16 | uint32 | uint64](g *graph.Graph, n int, v uint64, f func
 // (e = 0) is m·2^-9: converting the small integer m to the float dtype and multiplying
 // by 2^-9 is exact and produces a normal number, so no backend's denormal flushing can
 // touch it. Sign and NaN are then set on the integer pattern, which is bitcast last.
+// Constants are graph.Const nodes, never the graph's cached scalars, so the decoder may
+// be used inside While-loop closures.
 func decodeBits(x *graph.Node, dtype dtypes.DType) *graph.Node {
 	g := x.Graph()
 	layout := floatLayouts[dtype]
 	u := layout.bitsDType
-	bytes := func(v uint8) *graph.Node { return graph.Scalar(g, dtypes.Uint8, v) }
+	bytes := func(v uint8) *graph.Node { return graph.Const(g, v) }
 	word := func(v uint64) *graph.Node { return layout.constBits(g, 0, v, nil) }
 
 	mag := graph.BitwiseAnd(x, bytes(0x7f))
@@ -178,7 +180,7 @@ func decodeBits(x *graph.Node, dtype dtypes.DType) *graph.Node {
 		word(uint64(layout.bias-7)<<layout.mantBits))
 	subnormalValue := graph.Mul(
 		graph.ConvertDType(graph.BitwiseAnd(mag, bytes(7)), dtype),
-		graph.Scalar(g, dtype, 1.0/512))
+		graph.Bitcast(word(uint64(layout.bias-9)<<layout.mantBits), dtype)) // 2^-9
 	subnormal := graph.Bitcast(subnormalValue, u)
 	bits := graph.Where(graph.LessThan(mag, bytes(8)), subnormal, normal)
 	bits = graph.Where(graph.Equal(mag, bytes(E4M3NaN)), word(layout.quietNaN), bits)
