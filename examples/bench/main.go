@@ -14,6 +14,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
 )
 
 var (
@@ -40,6 +42,8 @@ var (
 	batches   = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	newTokens = flag.Int("new", 256, "tokens generated per prompt when decoding")
 	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")
+	fp8       = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
+	decoder   = flag.String("fp8-decoder", "lut", "in-graph FP8 decoder: lut or bits")
 )
 
 // row is one measurement.
@@ -112,5 +116,42 @@ func loadModel(b compute.Backend) (*model.Model, error) {
 	// Random weights generate EOS as readily as anything else: without it every
 	// generation runs to its length, so runs are comparable.
 	cfg.EOSTokenIDs = nil
-	return model.NewRandom(b, cfg, dtype, 1)
+	m, err := model.NewRandom(b, cfg, dtype, 1)
+	if err != nil || *fp8 == "" {
+		return m, err
+	}
+	if err := quantize(m); err != nil {
+		return nil, errors.Join(err, m.Close())
+	}
+	return m, nil
+}
+
+// quantize replaces the model's linear layers with FP8 ones, as -fp8 says.
+func quantize(m *model.Model) error {
+	var opts quant.Options
+	switch *decoder {
+	case "lut":
+	case "bits":
+		opts.Decoder = quant.DecoderBits
+	default:
+		return fmt.Errorf("unknown -fp8-decoder %q", *decoder)
+	}
+	switch *fp8 {
+	case "weight-only":
+	case "w8a8":
+		seqs, err := quant.RandomSequences(8, 64, m.Config.VocabSize, 1)
+		if err != nil {
+			return err
+		}
+		if opts.Calibration, err = quant.Calibrate(m, seqs, quant.CalibrateOptions{}); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown -fp8 %q (want weight-only or w8a8)", *fp8)
+	}
+	if err := quant.QuantizeModel(m, opts); err != nil {
+		return err
+	}
+	log.Printf("FP8 %s (%s decoder): weights %.2f GB", *fp8, *decoder, float64(m.WeightBytes())/1e9)
+	return nil
 }

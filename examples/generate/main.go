@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -23,6 +24,7 @@ import (
 	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/demo"
 	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/tokenizer"
 )
 
@@ -41,6 +43,8 @@ var (
 	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
 	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability")
 	seed        = flag.Int64("seed", 0, "sampling seed")
+	fp8         = flag.Bool("fp8", false, "store linear weights in FP8 (E4M3): quantized at load time, or as an FP8 checkpoint stores them")
+	calibration = flag.String("calibration", "", "calibration.json from examples/calibrate: FP8 activations with static scales (implies -fp8)")
 )
 
 func main() {
@@ -102,6 +106,10 @@ func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if *fp8 || *calibration != "" {
+			err = errors.Join(errors.New("-fp8 and -calibration need -model"), m.Close())
+			return nil, nil, err
+		}
 		tok, err := demo.Tokenizer()
 		return m, tok, err
 	}
@@ -111,10 +119,26 @@ func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
 	}
 	bar := progressbar.DefaultBytes(-1, "loading weights")
 	start := time.Now()
-	m, err := model.Load(b, *modelDir, model.LoadOptions{Progress: func(done, total int64) {
+	opts := model.LoadOptions{Progress: func(done, total int64) {
 		bar.ChangeMax64(total)
 		_ = bar.Set64(done)
-	}})
+	}}
+	var m *model.Model
+	isFP8, err := quant.IsFP8Checkpoint(*modelDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if *fp8 || *calibration != "" || isFP8 {
+		var q quant.Options
+		if *calibration != "" {
+			if q.Calibration, err = quant.ReadCalibration(*calibration); err != nil {
+				return nil, nil, err
+			}
+		}
+		m, err = quant.Load(b, *modelDir, q, opts)
+	} else {
+		m, err = model.Load(b, *modelDir, opts)
+	}
 	_ = bar.Finish()
 	if err != nil {
 		return nil, nil, err
