@@ -37,7 +37,14 @@ export GOMLX_BACKEND="xla:$plugin,preallocate=true"
 timeout 420 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
 echo "bench: rc=$?"; tail -30 "$OUT/bench.log"
 
-# 4. Where the time goes (only with "bash bench/gpu.sh explore"): the step loop's HLO
+# 4. FP8 against bf16: the same steps with FP8 weights (both in-graph decoders).
+for fp8 in "weight-only -fp8-decoder lut" "weight-only -fp8-decoder bits" "w8a8 -fp8-decoder bits"; do
+  section "FP8 steps: -fp8 $fp8"
+  timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
+  echo "rc=$?"; tail -8 "$OUT/fp8-${fp8// /_}.log"
+done
+
+# 5. Where the time goes (only with "bash bench/gpu.sh explore"): the step loop's HLO
 #    after optimisation (fusions, chosen GEMM kernels), then the same steps under XLA
 #    flag variants.
 if [ "${1:-}" = explore ]; then
