@@ -14,6 +14,7 @@ type FormatError struct {
 	Err    error  // the underlying error, such as a JSON syntax error; may be nil
 }
 
+// Error formats the problem with the file and tensor it concerns.
 func (e *FormatError) Error() string {
 	var b strings.Builder
 	b.WriteString("safetensors: ")
