@@ -48,21 +48,8 @@ func parseDecoder(raw json.RawMessage) (decoderSpec, error) {
 	wrap := func(err error) error { return fmt.Errorf("decoder %s: %w", typ, err) }
 	switch typ {
 	case "Sequence":
-		items, err := o.list("decoders")
-		if err != nil {
-			return nil, wrap(err)
-		}
-		var seq seqDecoder
-		for _, it := range items {
-			d, err := parseDecoder(it)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "decoders", parseDecoder, wrap)
+		return seqDecoder(seq), err
 	case "Replace":
 		p, err := o.pattern("pattern")
 		if err != nil {

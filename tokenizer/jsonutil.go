@@ -177,3 +177,24 @@ func (p pattern) compile() (matcher, error) {
 	}
 	return literalMatcher(p.literal), nil
 }
+
+// parseSequence parses the components listed under key of a "Sequence" component, each
+// with parse, leaving out null ones. wrap adds context to an error of the list itself.
+func parseSequence[T comparable](o object, key string, parse func(json.RawMessage) (T, error), wrap func(error) error) ([]T, error) {
+	items, err := o.list(key)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var seq []T
+	var none T
+	for _, it := range items {
+		c, err := parse(it)
+		if err != nil {
+			return nil, err
+		}
+		if c != none {
+			seq = append(seq, c)
+		}
+	}
+	return seq, nil
+}

@@ -25,21 +25,8 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 	wrap := func(err error) error { return fmt.Errorf("normalizer %s: %w", typ, err) }
 	switch typ {
 	case "Sequence":
-		items, err := o.list("normalizers")
-		if err != nil {
-			return nil, wrap(err)
-		}
-		var seq seqNormalizer
-		for _, it := range items {
-			n, err := parseNormalizer(it)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "normalizers", parseNormalizer, wrap)
+		return seqNormalizer(seq), err
 	case "Prepend":
 		s, err := o.str("prepend", "")
 		if err != nil {

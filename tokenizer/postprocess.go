@@ -21,21 +21,8 @@ func parsePostProcessor(raw json.RawMessage) (postProcessor, error) {
 	wrap := func(err error) error { return fmt.Errorf("post-processor %s: %w", typ, err) }
 	switch typ {
 	case "Sequence":
-		items, err := o.list("processors")
-		if err != nil {
-			return nil, wrap(err)
-		}
-		var seq seqProcessor
-		for _, it := range items {
-			p, err := parsePostProcessor(it)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "processors", parsePostProcessor, wrap)
+		return seqProcessor(seq), err
 	case "TemplateProcessing":
 		return parseTemplateProcessing(o)
 	case "ByteLevel":

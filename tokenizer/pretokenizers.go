@@ -68,21 +68,8 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	wrap := func(err error) error { return fmt.Errorf("pre-tokenizer %s: %w", typ, err) }
 	switch typ {
 	case "Sequence":
-		items, err := o.list("pretokenizers")
-		if err != nil {
-			return nil, wrap(err)
-		}
-		var seq seqPreTokenizer
-		for _, it := range items {
-			p, err := parsePreTokenizer(it)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "pretokenizers", parsePreTokenizer, wrap)
+		return seqPreTokenizer(seq), err
 	case "Split":
 		p, err := o.pattern("pattern")
 		if err != nil {
