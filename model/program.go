@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -129,30 +128,17 @@ func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc
 }
 
 // Run executes the program. The outputs stay on the device until read.
-func (p *Program) Run(inputs ...*tensors.Tensor) ([]*tensors.Tensor, error) {
-	return p.RunDonating(nil, inputs...)
-}
-
-// RunDonating executes the program and lets it reuse the device memory of the inputs
-// marked in donate, which are invalid afterwards.
-func (p *Program) RunDonating(donate []bool, inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
+func (p *Program) Run(inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
 	if len(inputs) != len(p.inputs) {
 		return nil, fmt.Errorf("model: program %s takes %d inputs, got %d", p.g.Name(), len(p.inputs), len(inputs))
 	}
 	backend := p.model.backend
 	buffers := make([]compute.Buffer, len(inputs)+len(p.weights))
-	donated := make([]bool, len(buffers))
 	for i, t := range inputs {
 		if !t.Shape().Equal(p.inputs[i]) {
 			return nil, fmt.Errorf("model: program %s input %d has shape %s, want %s", p.g.Name(), i, t.Shape(), p.inputs[i])
 		}
-		if i < len(donate) && donate[i] {
-			buffers[i], err = t.DonateBuffer(backend, 0)
-			donated[i] = true
-		} else {
-			buffers[i], err = t.Buffer(backend, 0)
-		}
-		if err != nil {
+		if buffers[i], err = t.Buffer(backend, 0); err != nil {
 			return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
 		}
 	}
@@ -161,7 +147,7 @@ func (p *Program) RunDonating(donate []bool, inputs ...*tensors.Tensor) (outputs
 			return nil, fmt.Errorf("model: program %s weight %d: %w", p.g.Name(), i, err)
 		}
 	}
-	err = exceptions.TryCatch[error](func() { outputs = p.g.RunWithBuffers(buffers, donated, 0) })
+	err = exceptions.TryCatch[error](func() { outputs = p.g.RunWithBuffers(buffers, make([]bool, len(buffers)), 0) })
 	if err != nil {
 		return nil, fmt.Errorf("model: running %s: %w", p.g.Name(), err)
 	}
@@ -202,13 +188,4 @@ func (c *programCache) finalize() {
 		p.g.Finalize()
 	}
 	c.programs = nil
-}
-
-// shapesKey renders shapes for a program cache key.
-func shapesKey(ss ...shapes.Shape) string {
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = s.String()
-	}
-	return strings.Join(parts, ";")
 }
