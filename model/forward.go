@@ -14,7 +14,7 @@ type Window struct {
 	// Start [b] int32: the position of Tokens[:, 0].
 	Start *Node
 	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
-	// to. Nil when the cache is not read (nor written).
+	// to. Nil when the cache is not read (a prefill into an empty cache).
 	CacheLen *Node
 	// WriteLen [b] int32: keys and values of the first WriteLen tokens are written to
 	// cache slots [Start, Start+WriteLen). Nil writes nothing.
