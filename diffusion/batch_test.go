@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomlx/compute/dtypes"
 	"github.com/stretchr/testify/require"
 
-	"github.com/blockdiff/blockdiff/internal/fixtures"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 	"github.com/blockdiff/blockdiff/model"
 )
@@ -18,11 +16,7 @@ import (
 // fixtureModel loads the first fixture model, for tests that need a trained-looking
 // checkpoint rather than a particular one.
 func fixtureModel(t *testing.T) *model.Model {
-	dir := fixtures.Subdirs(t, "models")[0]
-	m, err := model.Load(testutil.Backend(t), dir, model.LoadOptions{DType: dtypes.Float32})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
+	return fixtureModels(t)[0].load(t, testutil.Backend(t))
 }
 
 // prompts returns n prompts of lengths 1, 2, … (cycling up to 13) from the vocabulary.
