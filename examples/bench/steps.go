@@ -52,6 +52,17 @@ func (k stepKind) window(g *Graph, tokens *Node) model.Window {
 	return model.Window{Tokens: tokens, Start: start, CacheLen: start, WriteLen: Const(g, fill(b, int32(k.write))), BlockSize: k.block}
 }
 
+// inputs are a step's program inputs: the window's tokens and a zeroed cache, which
+// free releases.
+func (k stepKind) inputs(m *model.Model) (args []*tensors.Tensor, free func(), err error) {
+	cache, err := m.NewCache(1, *capacity)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	return args, cache.Free, nil
+}
+
 // next feeds the argmax of every position back as the next tokens, so that the steps
 // depend on each other and nothing is hoisted out of the loop.
 func next(logits *Node) *Node { return ConvertDType(ArgMax(logits, -1), dtypes.Int32) }
@@ -79,12 +90,11 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	cache, err := m.NewCache(1, *capacity)
+	args, free, err := k.inputs(m)
 	if err != nil {
 		return row{}, err
 	}
-	defer cache.Free()
-	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	defer free()
 	run := func() error { return runAndWait(p, args...) }
 	if err := run(); err != nil { // warm-up, compiles
 		return row{}, err
@@ -111,12 +121,11 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	cache, err := m.NewCache(1, *capacity)
+	args, free, err := k.inputs(m)
 	if err != nil {
 		return row{}, err
 	}
-	defer cache.Free()
-	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	defer free()
 	run := func() error { return runAndWait(p, args...) }
 	if err := run(); err != nil {
 		return row{}, err
