@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/internal/fixtures"
@@ -76,7 +77,10 @@ func TestFixtureLogits(t *testing.T) {
 }
 
 // bf16 weights and compute, as on GPUs: max |Δ| / max |ref| ≤ 2e-2, and the argmax equal
-// wherever the reference's top-2 gap exceeds 1e-2.
+// wherever the reference's top-2 gap exceeds 1e-2 in the same units (relative to the
+// case's max |ref|). An absolute gap of 1e-2 is below bf16's resolution on these logits
+// (tiny-llama's reach 20-35, where bf16 steps by 0.125): flips there are reported, not
+// failed.
 func TestFixtureLogitsBFloat16(t *testing.T) {
 	b := testutil.Backend(t)
 	for _, dir := range fixtures.Subdirs(t, "models") {
@@ -85,26 +89,45 @@ func TestFixtureLogitsBFloat16(t *testing.T) {
 			require.NoError(t, err)
 			defer m.Close()
 			cases, logits := logitCases(t, dir)
-			worst, compared := 0.0, 0
+			worst, compared, closeFlips := 0.0, 0, 0
 			for _, c := range cases {
 				got, err := m.Logits(c.InputIDs, c.BlockSize)
 				require.NoError(t, err)
 				want := readReferenceLogits(t, logits, c.Logits)
 				worst = max(worst, maxRelDiff(t, got, want))
+				scale := maxAbs(want)
 				for i := range want {
 					top, second := top2(want[i])
-					if want[i][top]-want[i][second] > 1e-2 {
-						gotTop, _ := top2(got[i])
-						require.Equal(t, top, gotTop, "%s position %d", c.Logits, i)
+					gotTop, _ := top2(got[i])
+					gap := want[i][top] - want[i][second]
+					switch {
+					case gap > 1e-2*scale:
 						compared++
+						assert.Equal(t, top, gotTop, "%s position %d: reference gap %.4f", c.Logits, i, gap)
+					case gap > 1e-2 && gotTop != top:
+						closeFlips++
+						t.Logf("%s position %d: argmax %d, reference %d (reference gap %.4f of max |ref| %.1f)",
+							c.Logits, i, gotTop, top, want[i][top]-want[i][gotTop], scale)
 					}
 				}
 			}
-			t.Logf("bf16: max |Δ| / max |ref| = %.2g over all cases; argmax equal at %d positions", worst, compared)
+			t.Logf("bf16: max |Δ| / max |ref| = %.2g over all cases; argmax equal at %d positions; %d near-ties flipped",
+				worst, compared, closeFlips)
 			require.LessOrEqual(t, worst, 2e-2)
 			require.Positive(t, compared)
 		})
 	}
+}
+
+// maxAbs returns the largest magnitude in rows.
+func maxAbs(rows [][]float32) float32 {
+	var m float32
+	for _, row := range rows {
+		for _, v := range row {
+			m = max(m, v, -v)
+		}
+	}
+	return m
 }
 
 // top2 returns the indices of the largest and second largest values.

@@ -40,6 +40,10 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	if s := cfg.embedScale(); s != 1 {
 		x = MulScalar(x, s)
 	}
+	// The residual stream accumulates in float32 whatever the compute dtype: it is
+	// small, and in bfloat16 its rounding over many layers dominates the logits' error.
+	compute := x.DType()
+	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
@@ -49,7 +53,15 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		}
 		return w.Nodes(lin.Params())
 	}
-	apply := func(name string, lin Linear, x *Node) *Node { return lin.Apply(x, paramsOf(name, lin, x)) }
+	// apply runs a linear layer on x rounded to the compute dtype and returns float32
+	// outputs where the layer can (no rounding before the float32 elementwise work).
+	apply := func(name string, lin Linear, x *Node) *Node {
+		x = ConvertDType(x, compute)
+		if f, ok := lin.(Float32Linear); ok {
+			return f.ApplyFloat32(x, paramsOf(name, lin, x))
+		}
+		return ConvertDType(lin.Apply(x, paramsOf(name, lin, x)), dtypes.Float32)
+	}
 
 	var newCache *CacheNodes
 	if cache != nil {
@@ -57,8 +69,8 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	}
 	residualScale := cfg.residualScale()
 	for i, layer := range m.Layers {
-		h := rmsNorm(x, w.Node(layer.AttnNorm), cfg.RMSNormEps)
-		qkv := apply(linearName(i, "self_attn.qkv_proj"), layer.QKV, h)
+		h := rmsNorm(x, w.Node(layer.AttnNorm), cfg.RMSNormEps, compute)
+		qkv := ConvertDType(apply(linearName(i, "self_attn.qkv_proj"), layer.QKV, h), compute)
 		var layerCache *layerKV
 		if cache != nil {
 			layerCache = &layerKV{k: cache.K[i], v: cache.V[i]}
@@ -69,7 +81,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		}
 		x = addScaled(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
 
-		h = rmsNorm(x, w.Node(layer.MLPNorm), cfg.RMSNormEps)
+		h = rmsNorm(x, w.Node(layer.MLPNorm), cfg.RMSNormEps, compute)
 		gateUp := apply(linearName(i, "mlp.gate_up_proj"), layer.GateUp, h)
 		x = addScaled(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLU(gateUp)), residualScale)
 	}
@@ -77,16 +89,11 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	if win.LogitIndices != nil {
 		x = takeRows(x, win.LogitIndices)
 	}
-	x = rmsNorm(x, w.Node(m.FinalNorm), cfg.RMSNormEps)
+	x = rmsNorm(x, w.Node(m.FinalNorm), cfg.RMSNormEps, compute)
 	if s := cfg.logitScale(); s != 1 {
 		x = MulScalar(x, s)
 	}
-	var logits *Node
-	if head, ok := m.Head.(Float32Linear); ok {
-		logits = head.ApplyFloat32(x, paramsOf("lm_head", head, x))
-	} else {
-		logits = ConvertDType(apply("lm_head", m.Head, x), dtypes.Float32)
-	}
+	logits := apply("lm_head", m.Head, x)
 	return logits, newCache
 }
 
@@ -107,24 +114,24 @@ func takeRows(x, idx *Node) *Node {
 
 // addScaled returns x + y·scale in x's dtype.
 func addScaled(x, y *Node, scale float64) *Node {
+	y = ConvertDType(y, x.DType())
 	if scale != 1 {
 		y = MulScalar(y, scale)
 	}
 	return Add(x, y)
 }
 
-// rmsNorm normalises x [..., h] with the variance computed in float32, then scales by
-// weight [h] in x's dtype, as transformers' LlamaRMSNorm does.
-func rmsNorm(x, weight *Node, eps float64) *Node {
-	x32 := ConvertDType(x, dtypes.Float32)
-	variance := ReduceAndKeep(Square(x32), ReduceMean, -1)
-	normed := ConvertDType(Mul(x32, Rsqrt(AddScalar(variance, eps))), x.DType())
+// rmsNorm normalises the float32 x [..., h], then scales by weight [h] in the compute
+// dtype, as transformers' LlamaRMSNorm does.
+func rmsNorm(x, weight *Node, eps float64, compute dtypes.DType) *Node {
+	variance := ReduceAndKeep(Square(x), ReduceMean, -1)
+	normed := ConvertDType(Mul(x, Rsqrt(AddScalar(variance, eps))), compute)
 	dims := make([]int, x.Rank())
 	for i := range dims {
 		dims[i] = 1
 	}
 	dims[len(dims)-1] = weight.Shape().Dimensions[0]
-	return Mul(normed, Reshape(ConvertDType(weight, x.DType()), dims...))
+	return Mul(normed, Reshape(ConvertDType(weight, compute), dims...))
 }
 
 // swiGLU computes silu(gate)·up from the fused [..., 2·f] projection.

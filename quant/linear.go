@@ -145,6 +145,12 @@ func (l *FP8Linear) Params() []*tensors.Tensor {
 
 // Apply implements [model.Linear]: x [..., in] to [..., out] in x's dtype.
 func (l *FP8Linear) Apply(x *graph.Node, params []*graph.Node) *graph.Node {
+	return graph.ConvertDType(l.ApplyFloat32(x, params), x.DType())
+}
+
+// ApplyFloat32 implements [model.Float32Linear]: x [..., in] to [..., out] in float32,
+// scaled before any rounding.
+func (l *FP8Linear) ApplyFloat32(x *graph.Node, params []*graph.Node) *graph.Node {
 	dtype := x.DType()
 	weight, scale := params[0], params[1]
 	if len(params) > 2 {
@@ -155,7 +161,7 @@ func (l *FP8Linear) Apply(x *graph.Node, params []*graph.Node) *graph.Node {
 	w := l.Decoder.decode(weight, dtype)
 	dot := graph.Dot(x, w)
 	if dtype.IsHalfPrecision() {
-		dot = dot.WithOutputDType(dtypes.Float32) // Scale before the one rounding to dtype.
+		dot = dot.WithOutputDType(dtypes.Float32)
 	}
 	y := graph.ConvertDType(dot.General([]int{x.Rank() - 1}, nil, []int{1}, nil), dtypes.Float32)
 	if !scale.IsScalar() {
@@ -166,7 +172,7 @@ func (l *FP8Linear) Apply(x *graph.Node, params []*graph.Node) *graph.Node {
 		dims[len(dims)-1] = scale.Shape().Dimensions[0]
 		scale = graph.BroadcastToDims(graph.Reshape(scale, dims...), y.Shape().Dimensions...)
 	}
-	return graph.ConvertDType(graph.Mul(y, scale), dtype)
+	return graph.Mul(y, scale)
 }
 
 // InFeatures implements [model.Linear].
