@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU measurement of BENCHMARKS.md in one device call (the session's device time
-# is short): correctness on XLA, the PyTorch peer, then our benchmarks, in the same
-# run so figures can be compared. Run bench/build-gpu.sh first, then on the device:
+# Every GPU measurement of BENCHMARKS.md from one device call (the session's device time
+# is short): correctness on XLA, the PyTorch peer, then our benchmarks, in the same run
+# so figures can be compared. Run bench/build-gpu.sh first, then on the device:
 #
-#   bash bench/gpu.sh        (carry .gpu; logs and tables go to $OUT)
+#   bash bench/gpu.sh [section ...]     (carry .gpu; logs and tables go to $OUT)
+#
+# Sections: fixtures, peer, bench, fp8 (the default: all four), explore (per-layer cost,
+# XLA flag variants, HLO dump) and profile (per-kernel times, the FP8 loop's HLO).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -12,49 +15,77 @@ tar xzf .gpu/bin.tgz -C .gpu
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 plugin="$site/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
 export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1 BLOCKDIFF_FIXTURES=$PWD/.gpu/fixtures
+XLA_BF16="xla:$plugin,preallocate=true"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(fixtures peer bench fp8)
 
 section() { echo; echo "=== $* ($(date +%T))"; }
 
-# 1. Correctness on XLA: float32 without TF32 for the exact fixtures, bf16 tolerance.
-section "fixtures on XLA"
-GOMLX_BACKEND="xla:$plugin,preallocate=true,notf32" timeout 120 .gpu/bin/model.test -test.v \
-  -test.run 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile' >"$OUT/model.log" 2>&1
-echo "model: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|bf16:' "$OUT/model.log" | head -20
-GOMLX_BACKEND="xla:$plugin,preallocate=true,notf32" timeout 240 .gpu/bin/diffusion.test -test.v \
-  -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
-  >"$OUT/diffusion.log" 2>&1
-echo "diffusion: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/diffusion.log" | head -20
+fixtures() {
+  # float32 without TF32 for the exact fixtures; the bf16 test loads bf16 itself.
+  section "fixtures on XLA"
+  GOMLX_BACKEND="$XLA_BF16,notf32" timeout 120 .gpu/bin/model.test -test.v \
+    -test.run 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile' >"$OUT/model.log" 2>&1
+  echo "model: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|bf16:|position' "$OUT/model.log" | head -20
+  GOMLX_BACKEND="$XLA_BF16,notf32" timeout 240 .gpu/bin/diffusion.test -test.v \
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
+    >"$OUT/diffusion.log" 2>&1
+  echo "diffusion: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion.log" | head -20
+}
 
-# 2. The PyTorch CUDA-graph peer, in the same run.
-section "PyTorch peer"
-timeout 240 python3 bench/pytorch/peer.py --out "$OUT" >"$OUT/peer.log" 2>&1
-echo "peer: rc=$?"; tail -25 "$OUT/peer.log"
+peer() {
+  section "PyTorch peer"
+  timeout 240 python3 bench/pytorch/peer.py --out "$OUT" >"$OUT/peer.log" 2>&1
+  echo "peer: rc=$?"; tail -25 "$OUT/peer.log"
+}
 
-# 3. Ours: steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape).
-section "blockdiff bench"
-export GOMLX_BACKEND="xla:$plugin,preallocate=true"
-timeout 420 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
-echo "bench: rc=$?"; tail -30 "$OUT/bench.log"
+bench() {
+  # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape).
+  section "blockdiff bench"
+  GOMLX_BACKEND=$XLA_BF16 timeout 420 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
+    -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+  echo "bench: rc=$?"; grep -v '^\(backend\|loaded\)' "$OUT/bench.log" | tail -40
+}
 
-# 4. FP8 against bf16: the same steps with FP8 weights (both in-graph decoders).
-for fp8 in "weight-only -fp8-decoder lut" "weight-only -fp8-decoder bits" "w8a8 -fp8-decoder bits"; do
-  section "FP8 steps: -fp8 $fp8"
-  timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
-  echo "rc=$?"; tail -8 "$OUT/fp8-${fp8// /_}.log"
-done
-
-# 5. Where the time goes (only with "bash bench/gpu.sh explore"): the step loop's HLO
-#    after optimisation (fusions, chosen GEMM kernels), then the same steps under XLA
-#    flag variants.
-if [ "${1:-}" = explore ]; then
-  section "XLA dump of the step loops"
-  XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*bench.loop.*" \
-    timeout 150 .gpu/bin/bench -only steps -iters 20 >"$OUT/dump.log" 2>&1
-  tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"
-  for flags in "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL" \
-               "--xla_gpu_autotune_level=4" "--xla_gpu_enable_triton_gemm=false"; do
-    section "steps with XLA_FLAGS=$flags"
-    XLA_FLAGS="$flags" timeout 150 .gpu/bin/bench -only steps -iters 20 2>&1 | tail -7
+fp8() {
+  # The same steps with FP8 weights (both in-graph decoders), against bf16 above.
+  for fp8 in "weight-only -fp8-decoder lut" "weight-only -fp8-decoder bits" "w8a8 -fp8-decoder bits"; do
+    section "FP8 steps: -fp8 $fp8"
+    GOMLX_BACKEND=$XLA_BF16 timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
+    echo "rc=$?"; tail -7 "$OUT/fp8-${fp8// /_}.log"
   done
-fi
+}
+
+explore() {
+  export GOMLX_BACKEND=$XLA_BF16
+  denoise() { timeout 100 .gpu/bin/bench -only steps -steps denoise -iters 20 "$@" 2>&1 | grep 'device loop'; }
+  section "per-layer cost: the denoise step with 2 and 42 layers"
+  denoise -layers 2; denoise
+  for flags in "--xla_gpu_enable_command_buffer=" \
+               "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL" \
+               "--xla_gpu_enable_triton_gemm=false" "--xla_gpu_enable_cublaslt=true"; do
+    section "XLA_FLAGS=$flags"
+    XLA_FLAGS="$flags" denoise
+  done
+  section "XLA dump of the denoise loop"
+  XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" denoise
+  tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"
+}
+
+profile() {
+  # Per-kernel device times of two layers' denoise steps (ncu, isolated replays), and
+  # whether XLA fuses the FP8 weight decoder into the GEMMs (HLO after optimisation).
+  export GOMLX_BACKEND=$XLA_BF16
+  section "ncu: kernels of the denoise step, 2 layers"
+  timeout 200 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --launch-count 400 \
+    .gpu/bin/bench -only steps -steps denoise -layers 2 -iters 2 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  echo "ncu: rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
+  section "XLA dump of the FP8 (bits) denoise loop"
+  XLA_FLAGS="--xla_dump_to=$OUT/xla-fp8 --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" \
+    timeout 150 .gpu/bin/bench -only steps -steps denoise -iters 20 -fp8 weight-only -fp8-decoder bits 2>&1 | grep 'device loop'
+  rm -f "$OUT"/xla-fp8/*{before,after_spmd,buffer-assignment,live-range,memory-usage}* 
+  tar czf "$OUT/xla-fp8.tgz" -C "$OUT" xla-fp8 && rm -rf "$OUT/xla-fp8"
+}
+
+for s in "${sections[@]}"; do "$s"; done

@@ -39,6 +39,7 @@ var (
 	capacity  = flag.Int("capacity", 2048, "cache capacity for step timings")
 	iters     = flag.Int("iters", 50, "forwards per device loop, and repetitions of single executions")
 	only      = flag.String("only", "steps,prefill,decode", "comma-separated: steps, prefill, decode")
+	steps     = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar")
 	batches   = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	newTokens = flag.Int("new", 256, "tokens generated per prompt when decoding")
 	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")
@@ -73,18 +74,20 @@ func main() {
 	log.Printf("model: %s, %d layers, %s, weights %.2f GB", m.Config.Architecture, m.Config.NumLayers, m.DType,
 		float64(m.WeightBytes())/1e9)
 
+	// Each section's table is printed as soon as it is measured, so that a run cut
+	// short by a time limit keeps what it measured.
 	var rows []row
 	parts := strings.Split(*only, ",")
-	if slices.Contains(parts, "steps") {
-		rows = append(rows, benchSteps(m)...)
+	for _, section := range []struct {
+		name  string
+		bench func(*model.Model) []row
+	}{{"steps", benchSteps}, {"prefill", benchPrefill}, {"decode", benchDecode}} {
+		if slices.Contains(parts, section.name) {
+			measured := section.bench(m)
+			printTable(measured)
+			rows = append(rows, measured...)
+		}
 	}
-	if slices.Contains(parts, "prefill") {
-		rows = append(rows, benchPrefill(m)...)
-	}
-	if slices.Contains(parts, "decode") {
-		rows = append(rows, benchDecode(m)...)
-	}
-	printTable(rows)
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(rows, "", " ")
 		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gomlx/compute/dtypes"
@@ -16,6 +18,7 @@ import (
 
 // stepKind is a forward pass shape the decoder runs.
 type stepKind struct {
+	short string // as in -steps
 	name  string
 	width int // window positions
 	write int // positions written to the cache
@@ -23,9 +26,9 @@ type stepKind struct {
 }
 
 var stepKinds = []stepKind{
-	{"denoise step (4 tokens)", 4, 0, 4},
-	{"fused step (8 tokens, commits 4)", 8, 4, 4},
-	{"autoregressive step (1 token)", 1, 1, 1},
+	{"denoise", "denoise step (4 tokens)", 4, 0, 4},
+	{"fused", "fused step (8 tokens, commits 4)", 8, 4, 4},
+	{"ar", "autoregressive step (1 token)", 1, 1, 1},
 }
 
 // benchSteps times each kind of step inside a device loop (as the decoder runs them)
@@ -33,6 +36,9 @@ var stepKinds = []stepKind{
 func benchSteps(m *model.Model) []row {
 	var rows []row
 	for _, k := range stepKinds {
+		if !slices.Contains(strings.Split(*steps, ","), k.short) {
+			continue
+		}
 		if backend.RunsLoopsOnDevice(m.Backend()) {
 			r, err := timeStepLoop(m, k)
 			check(err)
