@@ -16,8 +16,10 @@ and timed by replay:
 Every step ends with float32 logits, argmax and the max softmax probability.
 The elementwise work is fused by torch.compile (one compiled region per layer
 piece, so compile time does not grow with depth); the step is then captured in
-a torch.cuda.CUDAGraph with static inputs and device-tensor positions.
-See README.md beside this file.  Standard library + torch only.
+a torch.cuda.CUDAGraph with static inputs and device-tensor positions. Steps of
+at most 16 rows (batch x tokens) run their weight GEMVs as Triton kernels with
+the RMSNorm, SiLU*mul and residual adds fused in (--gemv).
+See README.md beside this file.  Standard library + torch (Triton as shipped with it).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ try:  # the pure-Python helpers and --help work without torch
 except ImportError:  # main() reports it
     torch = None
     F = None
+try:  # ships with torch on CUDA machines; only the fast-decode GEMVs need it
+    import triton
+    import triton.language as tl
+except ImportError:  # --gemv auto then uses cuBLAS
+    triton = None
+    tl = None
 
 
 # --------------------------------------------------------------------------
@@ -182,19 +190,169 @@ def fresh_bias_rows(spec: StepSpec, group: int) -> list:
 def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) -> list:
     """(spec, attention, tuning) in priority order, so that a time budget cuts
     the least important runs. attention 'auto' = the winner of the batch-1 duel
-    of the same kind (block for fused). tuning 'cublas' = the main compile (GEMMs
-    on cuBLAS), 'autotune' = the AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
+    of the same kind (block for fused). tuning 'main' = the main compile, whose
+    steps of <= GEMV_MAX_ROWS rows use the --gemv path; 'cublas' = the same
+    compile with cuBLAS GEMMs (AR batch 1, the comparison when the main row runs
+    Triton GEMVs); 'autotune' = the AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
     def spec(kind, b, p=0):
         return make_spec(kind, b, context, max_len, align, p)
-    plan = [(spec("block", 1), "gemm", "cublas"), (spec("block", 1), "sdpa", "cublas"),
-            (spec("ar", 1), "gemm", "cublas"), (spec("ar", 1), "sdpa", "cublas")]
+    plan = [(spec("block", 1), "gemm", "main"), (spec("block", 1), "sdpa", "main"),
+            (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "sdpa", "main"),
+            (spec("ar", 1), "auto", "cublas")]
     plan += [(spec("ar", 1), "auto", "autotune")] if autotune_ar else []
-    plan += [(spec("fused", 1), "auto", "cublas")]
-    plan += [(spec("prefill", 1, p), "flash", "cublas") for p in prefills[:1]]
-    plan += [(spec("ar", b), "auto", "cublas") for b in batches if b != 1]
-    plan += [(spec("block", b), "auto", "cublas") for b in batches if b != 1]
-    plan += [(spec("prefill", 1, p), "flash", "cublas") for p in prefills[1:]]
+    plan += [(spec("fused", 1), "auto", "main")]
+    plan += [(spec("prefill", 1, p), "flash", "main") for p in prefills[:1]]
+    plan += [(spec("ar", b), "auto", "main") for b in batches if b != 1]
+    plan += [(spec("block", b), "auto", "main") for b in batches if b != 1]
+    plan += [(spec("prefill", 1, p), "flash", "main") for p in prefills[1:]]
     return plan
+
+
+def gemv_rows(plan) -> list:
+    """Row counts (batch x tokens) of the planned steps that run the fused GEMVs."""
+    return sorted({s.batch * s.tokens for s, _, tuning in plan
+                   if tuning == "main" and s.kind != "prefill"
+                   and s.batch * s.tokens <= GEMV_MAX_ROWS})
+
+
+# --------------------------------------------------------------------------
+# Fast decode: GEMV launch configs (pure Python)
+# --------------------------------------------------------------------------
+
+# Steps of at most this many rows (batch x tokens) run their weight GEMVs as the
+# Triton kernels below; larger ones (block batch 8 = 32 rows) stay on cuBLAS.
+GEMV_MAX_ROWS = 16
+# Per-kernel self-check: max|triton - torch| / max|torch| on the real shapes, the
+# torch side computing the same math in float32 (TorchGemv): what remains is the
+# order of float32 sums and, for bf16 outputs, a rare 1-ulp rounding flip (<= 2^-7
+# of an element); indexing or fusion bugs give O(1).
+GEMV_TOL = 1e-2
+GEMV_TUNE_S = 30.0  # --gemv-tune stops trying configs after this many seconds
+
+# The fused op of each weight GEMV of a step (y = x @ W^T, W [N, K] row-major):
+#   rmsnorm     out = RMSNorm(h) @ W^T        h: the float32 residual stream
+#   add         h += x @ W^T                  (o-proj; x: attention output)
+#   swiglu_add  h += (silu(g) * u) @ W^T      (down; [g | u] = the gate/up output)
+GEMV_ROLES = {"qkv": "rmsnorm", "o": "add", "gate_up": "rmsnorm",
+              "down": "swiglu_add", "head": "rmsnorm"}
+
+
+def gemv_shapes(cfg: ModelConfig) -> dict:
+    """role -> (N, K) of its weight."""
+    return {"qkv": (cfg.kv_heads * cfg.slots * cfg.head_dim, cfg.hidden),
+            "o": (cfg.hidden, cfg.heads * cfg.head_dim),
+            "gate_up": (2 * cfg.ffn, cfg.hidden),
+            "down": (cfg.hidden, cfg.ffn),
+            "head": (cfg.vocab, cfg.hidden)}
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """One GEMV launch: a CTA computes BLOCK_N outputs over K / split_k inputs,
+    BLOCK_K per loop step with `stages` loads in flight (software pipelining).
+    split_k > 1 CTAs per output tile add their partial sums atomically, so only
+    the ops that accumulate into the float32 residual (add, swiglu_add) split K.
+    mma: tensor-core tl.dot with the rows padded to 16 (2-16 rows); else CUDA-core
+    FMAs for exactly 1 row (no padding, the W tile feeds FMAs straight from the load)."""
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    warps: int = 4
+    stages: int = 3
+    mma: bool = False
+
+    def problem(self, role: str, N: int, K: int, M: int) -> str:
+        """Why this config cannot run the role's [M, K] x [K, N] GEMV ('' if it can)."""
+        if not 1 <= M <= GEMV_MAX_ROWS:
+            return f"{M} rows (the kernels take 1..{GEMV_MAX_ROWS})"
+        if M > 1 and not self.mma:
+            return "the FMA path takes exactly 1 row"
+        if self.mma and self.block_n < 16:
+            return "tl.dot needs BLOCK_N >= 16"
+        if self.split_k > 1 and GEMV_ROLES[role] == "rmsnorm":
+            return "the RMSNorm prologue needs whole rows (split_k 1)"
+        if N % self.block_n:
+            return f"N={N} is not a multiple of BLOCK_N={self.block_n}"
+        if K % (self.split_k * self.block_k):
+            return f"K={K} is not a multiple of split_k*BLOCK_K={self.split_k * self.block_k}"
+        return ""
+
+    def ctas(self, N: int) -> int:
+        return N // self.block_n * self.split_k
+
+    @property
+    def short(self) -> str:
+        return (f"{'mma' if self.mma else 'fma'} n{self.block_n} k{self.block_k} "
+                f"split{self.split_k} w{self.warps} s{self.stages}")
+
+
+def gemv_class(M: int) -> str:
+    return "fma" if M == 1 else "mma"
+
+
+# The default configs, by role and row class, for an H100/H200 (132 SMs, 228 KB
+# shared memory per SM), chosen by the arithmetic in the comments, not measured:
+# enough CTAs to keep >= ~2 per SM resident, >= ~32 KB of W loads in flight per
+# SM (Little's law at ~4 TB/s), 16-byte loads along K, and shared memory per CTA
+# (stages x (W tile + x tile; x is float32 for the norm ops)) small enough that
+# all CTAs of a launch are resident at once (one wave). --gemv-tune measures.
+GEMV_TABLE = {
+    ("qkv", "fma"): GemvConfig(8, 512, 1, 4, 3),        # 320 CTAs, 24 KB smem
+    ("o", "fma"): GemvConfig(8, 512, 2, 4, 3),          # 512 CTAs
+    ("gate_up", "fma"): GemvConfig(16, 256, 1, 4, 4),   # 768 CTAs, 32 KB
+    ("down", "fma"): GemvConfig(8, 512, 4, 4, 3),       # 1024 CTAs
+    ("head", "fma"): GemvConfig(16, 512, 1, 4, 3),      # 8160 CTAs, 48 KB
+    ("qkv", "mma"): GemvConfig(16, 256, 1, 4, 4, True),      # 160 CTAs, 96 KB
+    ("o", "mma"): GemvConfig(32, 256, 4, 4, 3, True),        # 256 CTAs, 72 KB
+    ("gate_up", "mma"): GemvConfig(64, 128, 1, 4, 4, True),  # 192 CTAs, 96 KB
+    ("down", "mma"): GemvConfig(32, 256, 4, 4, 3, True),     # 256 CTAs, 96 KB
+    ("head", "mma"): GemvConfig(64, 128, 1, 4, 4, True),     # 2040 CTAs, 96 KB
+}
+# Alternatives --gemv-tune also times (fewer/more CTAs, deeper/shallower pipelines).
+GEMV_CANDIDATES = {
+    ("qkv", "fma"): [GemvConfig(4, 1024, 1, 4, 2), GemvConfig(8, 256, 1, 4, 4),
+                     GemvConfig(16, 512, 1, 8, 3)],
+    ("o", "fma"): [GemvConfig(8, 256, 4, 4, 3), GemvConfig(16, 512, 2, 4, 3),
+                   GemvConfig(4, 1024, 2, 4, 2)],
+    ("gate_up", "fma"): [GemvConfig(8, 512, 1, 4, 3), GemvConfig(32, 256, 1, 8, 3)],
+    ("down", "fma"): [GemvConfig(8, 512, 2, 4, 4), GemvConfig(16, 512, 4, 4, 3),
+                      GemvConfig(8, 1024, 2, 4, 3)],
+    ("head", "fma"): [GemvConfig(32, 256, 1, 4, 3), GemvConfig(8, 512, 1, 4, 4)],
+    ("qkv", "mma"): [GemvConfig(16, 128, 1, 4, 5, True), GemvConfig(32, 256, 1, 4, 4, True)],
+    ("o", "mma"): [GemvConfig(16, 256, 4, 4, 3, True), GemvConfig(32, 128, 8, 4, 2, True)],
+    ("gate_up", "mma"): [GemvConfig(32, 128, 1, 4, 4, True), GemvConfig(32, 256, 1, 4, 3, True)],
+    ("down", "mma"): [GemvConfig(16, 256, 4, 4, 3, True), GemvConfig(32, 128, 4, 4, 4, True),
+                      GemvConfig(64, 256, 8, 4, 3, True)],
+    ("head", "mma"): [GemvConfig(128, 128, 1, 4, 3, True), GemvConfig(32, 256, 1, 4, 3, True)],
+}
+# Tuning order: the roles that stream the most bytes first, in case time runs out.
+GEMV_TUNE_ORDER = ["gate_up", "down", "head", "qkv", "o"]
+
+
+def gemv_candidates(role: str, M: int) -> list:
+    """Configs --gemv-tune times for the role at M rows, the default first; at
+    1 row the tensor-core path is a candidate too."""
+    cls = gemv_class(M)
+    out = [GEMV_TABLE[(role, cls)]] + GEMV_CANDIDATES[(role, cls)]
+    return out + ([GEMV_TABLE[(role, "mma")]] if cls == "fma" else [])
+
+
+GEMV_COLS = [("role", "<", 8), ("rows", ">", 4), ("config", "<", 30), ("ctas", ">", 5),
+             ("triton_us", ">", 9), ("GBps", ">", 6), ("cublas_us", ">", 9),
+             ("cublas_GBps", ">", 11), ("note", "<", 0)]
+
+
+def format_gemv_table(rows) -> str:
+    """Per-call GEMV times over a step's weights (dicts with the GEMV_COLS keys)."""
+    def cell(v, align, width):
+        if isinstance(v, float):
+            v = "-" if math.isnan(v) else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+        return f"{str(v):{align}{width}}" if width else str(v)
+
+    lines = ["  ".join(cell(name, a, w) for name, a, w in GEMV_COLS)]
+    for r in rows:
+        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in GEMV_COLS))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -312,6 +470,13 @@ def parse_args(argv=None):
                         "(fused Triton GEMVs; ~40 s more compile, results vary run to run)")
     p.add_argument("--attn", default="auto", choices=["auto", "gemm", "sdpa"],
                    help="decode attention: auto times both at batch 1 and keeps the faster")
+    p.add_argument("--gemv", default="auto", choices=["auto", "triton", "cublas"],
+                   help=f"weight GEMVs of block/fused/ar steps of <= {GEMV_MAX_ROWS} rows: "
+                        "fused Triton kernels, or the compiled pieces on cuBLAS; auto = "
+                        "triton if it imports and passes its start-up self-check")
+    p.add_argument("--gemv-tune", action="store_true",
+                   help=f"time a few configs per GEMV shape on the device and keep the "
+                        f"fastest (<= {GEMV_TUNE_S:.0f} s more)")
     p.add_argument("--budget-s", type=float, default=200.0,
                    help="skip the remaining (lower-priority) steps once this many seconds "
                         "have passed; 0 = no limit")
@@ -407,18 +572,22 @@ class Kernels:
         def length_bias(S, valid_len, device):
             return torch.where(torch.arange(S, device=device) < valid_len, 0.0, -math.inf)
 
-        def pre(h, delta, ln_w, w_qkv, pos, cos_t, sin_t, slot_a, slot_b):
-            """Residual add + RMSNorm + fused QKV GEMM + RoPE (queries pre-scaled
-            by 1/sqrt(d)). Returns the residual and qkv [B, G, grp+2, T, d]."""
-            h = h + delta
-            B, T, _ = h.shape
-            x = F.linear(rms(h, ln_w), w_qkv)
+        def rope(x, pos, cos_t, sin_t, slot_a, slot_b):
+            """RoPE on the fused QKV output x [B, T, G*(grp+2)*d], queries pre-scaled
+            by 1/sqrt(d). Returns qkv [B, G, grp+2, T, d]."""
+            B, T, _ = x.shape
             x = x.view(B, T, G, grp + 2, d).permute(0, 2, 3, 1, 4).float()
             cos, sin = cos_t[pos], sin_t[pos]
             rot = torch.cat([-x[..., half:], x[..., :half]], -1)
             # slot_a: 1/sqrt(d) on q slots, 1 on k, 0 on v; slot_b: 1 on v only
             x = x * (cos * slot_a + slot_b) + rot * (sin * slot_a)
-            return h, x.to(bf16).contiguous()
+            return x.to(bf16).contiguous()
+
+        def pre(h, delta, ln_w, w_qkv, pos, cos_t, sin_t, slot_a, slot_b):
+            """Residual add + RMSNorm + fused QKV GEMM + RoPE. Returns the residual
+            and qkv [B, G, grp+2, T, d]."""
+            h = h + delta
+            return h, rope(F.linear(rms(h, ln_w), w_qkv), pos, cos_t, sin_t, slot_a, slot_b)
 
         def attn_gemm(q, kc, vc, valid_len, kf, vf, bias_f):
             """Grouped attention as batched GEMMs that read each KV head once.
@@ -479,14 +648,18 @@ class Kernels:
             a = F.silu(gu[..., :ffn].float()) * gu[..., ffn:].float()
             return h, F.linear(a.to(bf16), w_down)
 
-        def head(h, delta, ln_w, w_head):
-            """Final norm + lm_head; float32 logits, argmax, max softmax probability."""
-            logits = F.linear(rms(h + delta, ln_w), w_head).float()
+        def pick(logits):
+            """float32 logits -> (logits, argmax, max softmax probability)."""
             top, tok = logits.max(-1)
             conf = 1.0 / torch.exp(logits - top.unsqueeze(-1)).sum(-1)
             return logits, tok, conf
 
+        def head(h, delta, ln_w, w_head):
+            """Final norm + lm_head + pick."""
+            return pick(F.linear(rms(h + delta, ln_w), w_head).float())
+
         self.pre, self.post, self.head = pre, post, head
+        self.rope, self.pick = rope, pick  # the pieces the fast-decode layer keeps
         self.attn = {"gemm": attn_gemm, "sdpa": attn_sdpa, "flash": attn_prefill}
 
     def compiled(self, mode: str) -> "Kernels":
@@ -498,6 +671,8 @@ class Kernels:
         k.pre = torch.compile(self.pre, **opts)
         k.post = torch.compile(self.post, **opts)
         k.head = torch.compile(self.head, **opts)
+        k.rope = torch.compile(self.rope, **opts)
+        k.pick = torch.compile(self.pick, **opts)
         k.attn = {n: torch.compile(f, **opts) for n, f in self.attn.items()}
         return k
 
@@ -539,32 +714,61 @@ class Engine:
         self.slot_a = torch.tensor(a, device=device).view(-1, 1, 1)
         self.slot_b = torch.tensor(b, device=device).view(-1, 1, 1)
 
-    def forward(self, kern: Kernels, st: StepState, attn: str):
-        """One step. No host syncs, no Python-dependent shapes: graph-capturable."""
+    def forward(self, kern: Kernels, st: StepState, attn: str, gemv=None):
+        """One step. No host syncs, no Python-dependent shapes: graph-capturable.
+        gemv: the fused GEMV ops (TritonGemv; TorchGemv on a CPU) of the
+        fast-decode layer, or None for the compiled pieces with cuBLAS GEMMs."""
+        if gemv is not None:
+            return self.forward_fast(kern, st, attn, gemv)
         cfg, w, spec = self.cfg, self.w, st.spec
-        B, T, W, grp = spec.batch, spec.tokens, spec.commit, cfg.group
-        cache = self.cache[:, :, :B]          # [layers, 2, B, G, max_len, d]
-        attn_fn = kern.attn[attn]
+        T = spec.tokens
         h, delta = F.embedding(st.ids, w.embed), st.zeros
         for l in range(cfg.layers):
             h, qkv = kern.pre(h, delta, w.ln1[l], w.qkv[l], st.pos, self.cos, self.sin,
                               self.slot_a, self.slot_b)
-            q, k, v = qkv[:, :, :grp], qkv[:, :, grp], qkv[:, :, grp + 1]
-            if W:  # one kernel writes K and V of the committed tokens
-                cache[l].index_copy_(3, st.widx, qkv[:, :, grp:, :W].permute(2, 0, 1, 3, 4))
-            if spec.kind == "prefill":
-                o = attn_fn(q, k, v)
-            else:
-                kc = cache[l, 0, :, :, :spec.bucket]
-                vc = cache[l, 1, :, :, :spec.bucket]
-                if spec.fresh:
-                    bias = st.bias_rows if attn == "gemm" else st.bias_tok
-                    o = attn_fn(q, kc, vc, st.valid_len, k[:, :, W:], v[:, :, W:], bias)
-                else:
-                    o = attn_fn(q, kc, vc, st.valid_len, None, None, None)
+            o = self.attend(kern, st, attn, l, qkv)
             h, delta = kern.post(h, o, w.o[l], w.ln2[l], w.gate_up[l], w.down[l])
         n = spec.logits
         return kern.head(h[:, T - n:], delta[:, T - n:], w.ln_f, w.head)
+
+    def forward_fast(self, kern: Kernels, st: StepState, attn: str, gemv):
+        """The step with the weight GEMVs as fused kernels (<= GEMV_MAX_ROWS rows).
+        The residual stream is float32 [rows, hidden]: the o and down GEMVs add
+        into it in place (atomically, when they split K), and the qkv, gate/up and
+        head GEMVs apply the RMSNorm themselves. Per layer 9 kernels instead of 12:
+        qkv+norm, RoPE, cache write, attention (3, as in forward), o+add,
+        gate/up+norm, down+SiLU*mul+add."""
+        cfg, w, spec = self.cfg, self.w, st.spec
+        B, T = spec.batch, spec.tokens
+        assert spec.logits == T, "the fast layer computes logits for every token"
+        h = F.embedding(st.ids, w.embed).float().view(B * T, cfg.hidden)
+        for l in range(cfg.layers):
+            x = gemv.rmsnorm("qkv", h, w.ln1[l], w.qkv[l])
+            qkv = kern.rope(x.view(B, T, -1), st.pos, self.cos, self.sin, self.slot_a, self.slot_b)
+            o = self.attend(kern, st, attn, l, qkv)
+            gemv.add("o", o.reshape(B * T, -1), w.o[l], h)
+            gu = gemv.rmsnorm("gate_up", h, w.ln2[l], w.gate_up[l])
+            gemv.swiglu_add("down", gu, w.down[l], h)
+        logits = gemv.rmsnorm("head", h, w.ln_f, w.head, torch.float32)
+        return kern.pick(logits.view(B, T, -1))
+
+    def attend(self, kern: Kernels, st: StepState, attn: str, l: int, qkv):
+        """Layer l's cache write of the committed tokens, then its attention.
+        qkv [B, G, grp+2, T, d]; returns [B, T, heads * d]."""
+        spec, grp, W = st.spec, self.cfg.group, st.spec.commit
+        cache = self.cache[l, :, :spec.batch]    # [2, B, G, max_len, d]
+        attn_fn = kern.attn[attn]
+        q, k, v = qkv[:, :, :grp], qkv[:, :, grp], qkv[:, :, grp + 1]
+        if W:  # one kernel writes K and V of the committed tokens
+            cache.index_copy_(3, st.widx, qkv[:, :, grp:, :W].permute(2, 0, 1, 3, 4))
+        if spec.kind == "prefill":
+            return attn_fn(q, k, v)
+        kc = cache[0, :, :, :spec.bucket]
+        vc = cache[1, :, :, :spec.bucket]
+        if spec.fresh:
+            bias = st.bias_rows if attn == "gemm" else st.bias_tok
+            return attn_fn(q, kc, vc, st.valid_len, k[:, :, W:], v[:, :, W:], bias)
+        return attn_fn(q, kc, vc, st.valid_len, None, None, None)
 
 
 # --------------------------------------------------------------------------
@@ -670,6 +874,300 @@ def check_step(eng: Engine, st: StepState, run, eager_run, starts) -> dict:
                     and report["worst_vs_eager"] <= TOL_SAME_CODE
                     and report["worst_vs_ref"] <= TOL_REFERENCE)
     return report
+
+
+# --------------------------------------------------------------------------
+# Fast decode: fused small-M GEMVs (Triton)
+# --------------------------------------------------------------------------
+# At <= 16 rows a weight GEMM is a pure weight stream: cuBLAS reads the small
+# qkv and o matrices at only 1.4-1.7 TB/s, and the RMSNorm / SiLU*mul / residual
+# add around the GEMMs cost a kernel each. These kernels stream W with many
+# CTAs, 16-byte loads along K and several loads in flight (software-pipelined
+# tl.range), and fold that elementwise work into their prologue and epilogue.
+#
+# 1 row: CUDA-core FMAs into a [BLOCK_N, BLOCK_K] float32 accumulator reduced
+# once after the loop (as inductor's GEMV reductions do). 2-16 rows: tl.dot with
+# the rows padded to 16 by masked loads (no memory traffic for the padding);
+# FMAs there would cost rows x the instructions, and tensor cores make the
+# padding free. Both share one loop (_gemv_core); the row class picks the path.
+
+if triton is not None:
+    @triton.jit
+    def _gemv_core(x_ptr, stride_xm, ln_ptr, w_ptr, M, K, k0, k_len, n0,
+                   PROLOGUE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        """acc [BLOCK_M, BLOCK_N] float32 = prologue(x[:M, k0:k0+k_len]) @ W[n0:n0+BLOCK_N, k0:k0+k_len]^T,
+        and the rows' sum of squares of x (PROLOGUE 'rmsnorm'). W is [N, K] row-major.
+        PROLOGUE: 'none' (x bf16), 'rmsnorm' (x float32, times the norm weight
+        ln; the 1/rms scale is the caller's, after the dot), 'swiglu' (x = [g | u]
+        bf16 rows of 2K, silu(g) * u)."""
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_k = tl.arange(0, BLOCK_K)
+        x_rows = x_ptr + offs_m[:, None] * stride_xm
+        m_ok = offs_m[:, None] < M
+        w_rows = w_ptr + (n0 + tl.arange(0, BLOCK_N))[:, None] * K
+        if BLOCK_M == 1:
+            acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        else:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # reduced after the loop
+        # the explicit num_stages also pipelines the loop without a tl.dot (1 row)
+        for k in tl.range(k0, k0 + k_len, BLOCK_K, num_stages=NUM_STAGES):
+            ks = k + offs_k
+            if PROLOGUE == "rmsnorm":
+                xf = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
+                sq += xf * xf
+                x = (xf * tl.load(ln_ptr + ks).to(tl.float32)[None, :]).to(tl.bfloat16)
+            elif PROLOGUE == "swiglu":
+                g = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
+                u = tl.load(x_rows + K + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
+                x = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
+            else:
+                x = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
+            # W is read once per step: keep L2 for the activations
+            w = tl.load(w_rows + ks[None, :], eviction_policy="evict_first")
+            if BLOCK_M == 1:
+                acc += w.to(tl.float32) * x.to(tl.float32)
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+        if BLOCK_M == 1:
+            acc = tl.sum(acc, axis=1)[None, :]
+        return acc, tl.sum(sq, axis=1)
+
+    @triton.jit
+    def _add_rows(h_ptr, acc, M, N, n0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """h[:M, n0:n0+BLOCK_N] += acc. Atomic, since split-K CTAs share the tile;
+        float32 adds in any order, so the residual needs no zeroed buffer."""
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        tl.atomic_add(h_ptr + offs_m[:, None] * N + offs_n[None, :], acc,
+                      mask=offs_m[:, None] < M, sem="relaxed")
+
+    @triton.jit
+    def gemv_rmsnorm_kernel(h_ptr, ln_ptr, w_ptr, out_ptr, M, N, K, stride_hm, eps,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        """out [M, N] = RMSNorm(h) @ W^T (qkv, gate/up, head). No split-K: the
+        row's 1/rms needs all of K; it is a per-row scale, so it is applied
+        after the dot instead of before."""
+        n0 = tl.program_id(0) * BLOCK_N
+        acc, sumsq = _gemv_core(h_ptr, stride_hm, ln_ptr, w_ptr, M, K, 0, K, n0, "rmsnorm",
+                                BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        y = acc * (1.0 / tl.sqrt(sumsq / K + eps))[:, None]
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :],
+                 y.to(out_ptr.dtype.element_ty), mask=offs_m[:, None] < M)
+
+    @triton.jit
+    def gemv_add_kernel(x_ptr, w_ptr, h_ptr, M, N, K, k_split, stride_xm,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        """h [M, N] += x @ W^T (o-proj); program_id(1) picks the K slice."""
+        n0 = tl.program_id(0) * BLOCK_N
+        acc, _ = _gemv_core(x_ptr, stride_xm, w_ptr, w_ptr, M, K, tl.program_id(1) * k_split,
+                            k_split, n0, "none", BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        _add_rows(h_ptr, acc, M, N, n0, BLOCK_M, BLOCK_N)
+
+    @triton.jit
+    def gemv_swiglu_add_kernel(gu_ptr, w_ptr, h_ptr, M, N, K, k_split, stride_gm,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+        """h [M, N] += (silu(g) * u) @ W^T (down); gu = [g | u], [M, 2K]."""
+        n0 = tl.program_id(0) * BLOCK_N
+        acc, _ = _gemv_core(gu_ptr, stride_gm, w_ptr, w_ptr, M, K, tl.program_id(1) * k_split,
+                            k_split, n0, "swiglu", BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        _add_rows(h_ptr, acc, M, N, n0, BLOCK_M, BLOCK_N)
+
+
+class TorchGemv:
+    """The fused GEMV ops in plain torch, computing what the kernels compute: the
+    same bf16 GEMM inputs (h * norm weight, silu(g) * u), float32 products and
+    sums, the 1/rms scale after the GEMM. The reference of the kernels' self-check
+    (so any difference beyond output rounding is a bug), and what lets --dry run
+    the fast-decode layer on a CPU."""
+    name = "torch"
+
+    def __init__(self, eps: float):
+        self.eps = eps
+
+    @staticmethod
+    def _linear(x, w):  # bf16 inputs, float32 GEMM (TF32 is off by default)
+        return F.linear(x.to(torch.bfloat16).float(), w.float())
+
+    def rmsnorm(self, role, h, ln_w, w, out_dtype=None):
+        rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self._linear(h * ln_w.float(), w) * rstd).to(out_dtype or torch.bfloat16)
+
+    def add(self, role, x, w, h):
+        h += self._linear(x, w)
+
+    def swiglu_add(self, role, gu, w, h):
+        g, u = gu.float().chunk(2, -1)
+        h += self._linear(F.silu(g) * u, w)
+
+
+class TritonGemv:
+    """Launches the Triton GEMV kernels with the config of each (role, rows):
+    a --gemv-tune result, else GEMV_TABLE by row class."""
+    name = "triton"
+
+    def __init__(self, cfg: ModelConfig):
+        self.eps = cfg.eps
+        self.shapes = gemv_shapes(cfg)
+        self.tuned = {}  # (role, rows) -> GemvConfig
+
+    def config(self, role: str, M: int) -> GemvConfig:
+        return self.tuned.get((role, M)) or GEMV_TABLE[(role, gemv_class(M))]
+
+    def _launch(self, role, M, N, K):
+        """(config, kernel meta-parameters), after checking the config fits."""
+        c = self.config(role, M)
+        why = c.problem(role, N, K, M)
+        if why:
+            raise ValueError(f"GEMV {role} {M}x{K}x{N}, {c.short}: {why}")
+        return c, {"BLOCK_M": 16 if c.mma else 1, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k,
+                   "NUM_STAGES": c.stages, "num_warps": c.warps, "num_stages": c.stages}
+
+    def rmsnorm(self, role, h, ln_w, w, out_dtype=None):
+        """RMSNorm(h) @ w^T; h float32 [M, K] contiguous, w [N, K] contiguous."""
+        (M, K), N = h.shape, w.shape[0]
+        c, meta = self._launch(role, M, N, K)
+        out = torch.empty(M, N, device=h.device, dtype=out_dtype or torch.bfloat16)
+        gemv_rmsnorm_kernel[(N // c.block_n,)](h, ln_w, w, out, M, N, K, h.stride(0),
+                                                self.eps, **meta)
+        return out
+
+    def add(self, role, x, w, h):
+        """h += x @ w^T in place; x bf16 [M, K] (rows may be strided), h float32 [M, N]."""
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        (M, K), N = x.shape, w.shape[0]
+        c, meta = self._launch(role, M, N, K)
+        gemv_add_kernel[(N // c.block_n, c.split_k)](x, w, h, M, N, K, K // c.split_k,
+                                                     x.stride(0), **meta)
+
+    def swiglu_add(self, role, gu, w, h):
+        """h += (silu(g) * u) @ w^T in place; gu = [g | u] bf16 [M, 2K] contiguous."""
+        M, K, N = gu.shape[0], gu.shape[1] // 2, w.shape[0]
+        c, meta = self._launch(role, M, N, K)
+        gemv_swiglu_add_kernel[(N // c.block_n, c.split_k)](gu, w, h, M, N, K, K // c.split_k,
+                                                            gu.stride(0), **meta)
+
+
+def role_weights(w: Weights, role: str):
+    """(weights, norm weights) that the role's GEMV reads in one step."""
+    if role == "head":
+        return [w.head], [w.ln_f]
+    ws = getattr(w, role)
+    return ws, {"qkv": w.ln1, "gate_up": w.ln2}.get(role, [None] * len(ws))
+
+
+def gemv_inputs(role: str, M: int, W, gen) -> tuple:
+    """Random inputs of the role's op: (h,) for rmsnorm, (x, residual h) for the add ops."""
+    (N, K), dev = W.shape, W.device
+    if GEMV_ROLES[role] == "rmsnorm":
+        return (torch.randn(M, K, device=dev, generator=gen),)
+    width = 2 * K if role == "down" else K
+    return (torch.randn(M, width, device=dev, generator=gen).to(torch.bfloat16),
+            torch.randn(M, N, device=dev, generator=gen))
+
+
+def gemv_op(gemv, role: str, W, ln, inp: tuple):
+    """Runs the role's op; returns its output (the updated residual for add ops)."""
+    op = GEMV_ROLES[role]
+    if op == "rmsnorm":
+        return gemv.rmsnorm(role, inp[0], ln, W, torch.float32 if role == "head" else None)
+    getattr(gemv, op)(role, inp[0], W, inp[1])
+    return inp[1]
+
+
+def gemv_error(tri, ref, role: str, M: int, w: Weights, gen) -> float:
+    """max|triton - torch| / max|torch| of the role's op on layer 0's weights; for
+    the add ops, of the increment of the residual. NaN if either is not finite."""
+    W, ln = (x[0] for x in role_weights(w, role))
+    inp = gemv_inputs(role, M, W, gen)
+    want = gemv_op(ref, role, W, ln, tuple(t.clone() for t in inp)).float()
+    got = gemv_op(tri, role, W, ln, tuple(t.clone() for t in inp)).float()
+    base = inp[1] if len(inp) == 2 else 0.0
+    err = ((got - want).abs().max() / (want - base).abs().max().clamp_min(1e-30)).item()
+    return err if math.isfinite(err) else float("nan")
+
+
+def check_gemv(tri, ref, w: Weights, rows, gen) -> dict:
+    """Every role at every row count planned, against the torch reference."""
+    errs = {f"{role}_m{M}": gemv_error(tri, ref, role, M, w, gen)
+            for M in rows for role in GEMV_ROLES}
+    return {"max_rel": errs, "worst": max(e if e == e else math.inf for e in errs.values()),
+            "tol": GEMV_TOL, "ok": all(e <= GEMV_TOL for e in errs.values())}
+
+
+def time_gemv(call, ws, lns, inp, reps: int = 20) -> float:
+    """Median microseconds per call of call(W, ln, inp) over the given weights in
+    one CUDA graph: each weight is read once per replay, as in a step, so it
+    streams from HBM (one repeated small weight would sit in the 50 MB L2)."""
+    def fn():
+        for W, ln in zip(ws, lns):
+            call(W, ln, inp)
+    g, _ = capture(fn)
+    ms = summarize(time_cuda(g.replay, reps, 3))["median_ms"]
+    del g
+    return ms * 1e3 / len(ws)
+
+
+def gemv_row(tri, role: str, M: int, w: Weights, gen, cublas: bool) -> dict:
+    """One GEMV table row: the role at M rows with its current config, timed over
+    the weights of a step (the head 4 times), and optionally cuBLAS F.linear alone."""
+    ws, lns = role_weights(w, role)
+    if role == "head":
+        ws, lns = ws * 4, lns * 4
+    inp = gemv_inputs(role, M, ws[0], gen)
+    N, K = ws[0].shape
+    nbytes = ws[0].numel() * ws[0].element_size()
+    c = tri.config(role, M)
+    us = time_gemv(lambda W, ln, x: gemv_op(tri, role, W, ln, x), ws, lns, inp)
+    r = {"role": role, "rows": M, "N": N, "K": K, "config": c.short, "ctas": c.ctas(N),
+         "triton_us": us, "GBps": nbytes / us / 1e3,
+         "cublas_us": float("nan"), "cublas_GBps": float("nan"), "note": ""}
+    if cublas:
+        x = torch.randn(M, K, device=ws[0].device, generator=gen).to(torch.bfloat16)
+        us = time_gemv(lambda W, ln, x: F.linear(x, W), ws, lns, x)
+        r.update(cublas_us=us, cublas_GBps=nbytes / us / 1e3)
+    return r
+
+
+def tune_gemv(tri, w: Weights, rows, gen, deadline: float, note) -> list:
+    """--gemv-tune: per (role, rows) time gemv_candidates() and keep the fastest
+    that passes the self-check tolerance; after `deadline` (perf_counter) the
+    rest keep GEMV_TABLE. Returns every timing as GEMV table rows. Not
+    triton.autotune: it times one weight over and over (then read from L2, not
+    HBM) with a Python launch per call (longer than these kernels); time_gemv
+    replays every layer's weight in a CUDA graph, as a step does."""
+    ref, out = TorchGemv(tri.eps), []
+    for M in rows:
+        for role in GEMV_TUNE_ORDER:
+            if time.perf_counter() > deadline:
+                note(f"--gemv-tune: {GEMV_TUNE_S:.0f}s spent; {role} at {M} rows "
+                     f"and later keep the default configs")
+                return out
+            best = None
+            for c in gemv_candidates(role, M):
+                if c.problem(role, *tri.shapes[role], M):
+                    continue
+                tri.tuned[(role, M)] = c
+                try:
+                    err = gemv_error(tri, ref, role, M, w, gen)
+                    r = gemv_row(tri, role, M, w, gen, cublas=False)
+                except Exception as e:  # noqa: BLE001 - e.g. out of shared memory
+                    note(f"--gemv-tune {role} rows {M} {c.short}: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                r["note"] = f"max_rel {err:.1e}" + ("" if err <= GEMV_TOL else " REJECTED")
+                out.append(r)
+                if err <= GEMV_TOL and (best is None or r["triton_us"] < best[0]):
+                    best = (r["triton_us"], c)
+            tri.tuned[(role, M)] = best[1] if best else GEMV_TABLE[(role, gemv_class(M))]
+            print(f"[gemv-tune] {role} rows {M}: {tri.tuned[(role, M)].short}"
+                  + (f" {best[0]:.1f} us" if best else " (no candidate ran; default)"), flush=True)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -780,6 +1278,8 @@ class Runner:
         self.worked = False  # has any step been prepared successfully yet
         self.kern_autotune = None  # the AUTOTUNE_MODE compile, made on first use
         self.ar_pct = None  # AR batch-1 weight stream, % of copy bandwidth
+        self.gemv = None  # fused GEMV ops of the small steps (None: cuBLAS)
+        self.gemv_report = {"path": "cublas"}
         base = TINY if args.dry else MINICPM5_2B
         self.cfg = ModelConfig(**{**asdict(base), "layers": args.layers or base.layers})
 
@@ -805,8 +1305,57 @@ class Runner:
         self.mode_chain = {"max-autotune-no-cudagraphs": ["max-autotune-no-cudagraphs", "default", "eager"],
                            "default": ["default", "eager"], "eager": ["eager"]}[a.compile]
         self.set_mode(self.mode_chain[0])
+        self.plan = plan_steps(a.batch, a.context, a.max_len,
+                               [p for p in a.prefill if p <= a.max_len], a.bucket_align,
+                               a.autotune_ar)
         print(f"[setup] weights {cfg.streamed_weight_bytes() / 1e9:.3f} GB streamed per step, "
               f"cache {cache.numel() * 2 / 1e9:.2f} GB, {self.elapsed():.1f}s", flush=True)
+        self.setup_gemv()
+
+    def setup_gemv(self):
+        """The GEMV path of the small steps (--gemv): the Triton kernels if they
+        import and pass their self-check at every planned row count, else cuBLAS.
+        A failed kernel check also fails the run (exit code 1)."""
+        a, rows = self.args, gemv_rows(self.plan)
+        if a.gemv == "cublas" or not rows:
+            return
+        if not self.on_cuda:  # --dry: the torch stand-ins run the fast layer's logic
+            if a.gemv == "auto":
+                self.gemv = TorchGemv(self.cfg.eps)
+                self.gemv_report["path"] = "torch"
+            else:
+                self.note("--gemv triton needs CUDA; the GEMVs stay on the compiled pieces")
+            return
+        if triton is None:
+            self.note("Triton does not import; the GEMVs stay on cuBLAS")
+            if a.gemv == "triton":
+                self.checks["gemv_kernels"] = {"ok": False, "error": "triton does not import"}
+            return
+        tri, t0 = TritonGemv(self.cfg), time.perf_counter()
+        try:
+            if a.gemv_tune:
+                self.gemv_report["tuning"] = tune_gemv(tri, self.weights, rows, self.gen,
+                                                       t0 + GEMV_TUNE_S, self.note)
+            chk = check_gemv(tri, TorchGemv(self.cfg.eps), self.weights, rows, self.gen)
+        except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
+            traceback.print_exc()
+            chk = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        self.checks["gemv_kernels"] = chk
+        if not chk["ok"]:
+            self.note(f"Triton GEMV self-check FAILED ({chk.get('error') or chk['max_rel']}); "
+                      f"the GEMVs fall back to cuBLAS")
+            return
+        self.gemv = tri
+        self.gemv_report.update(path="triton", rows=rows, tuned=bool(tri.tuned), configs={
+            f"{role}_m{M}": tri.config(role, M).short for M in rows for role in GEMV_ROLES})
+        print(f"[gemv] Triton GEMVs at rows {rows}: self-check OK, worst max|d|/max|ref| "
+              f"{chk['worst']:.1e} <= {GEMV_TOL:g}; {time.perf_counter() - t0:.1f}s", flush=True)
+        try:
+            self.gemv_report["table"] = [gemv_row(tri, role, M, self.weights, self.gen, True)
+                                         for M in rows for role in GEMV_ROLES]
+            print(format_gemv_table(self.gemv_report["table"]), flush=True)
+        except Exception as e:  # noqa: BLE001 - the table is diagnostic only
+            self.note(f"GEMV timing table failed: {e!r:.200}")
 
     def probe_sdpa_gqa(self) -> bool:
         q = torch.randn(1, 4, 2, 8, device=self.device, dtype=torch.bfloat16)
@@ -841,19 +1390,21 @@ class Runner:
 
     def run_all(self):
         a = self.args
-        plan = plan_steps(a.batch, a.context, a.max_len,
-                          [p for p in a.prefill if p <= a.max_len], a.bucket_align, a.autotune_ar)
         for p in a.prefill:
             if p > a.max_len:
                 self.note(f"prefill {p} skipped: longer than --max-len {a.max_len}")
-        for i, (spec, attn, tuning) in enumerate(plan):
+        for i, (spec, attn, tuning) in enumerate(self.plan):
             if attn in ("gemm", "sdpa") and a.attn not in ("auto", attn):
                 continue  # the batch-1 duel runs only with --attn auto
+            if tuning == "cublas" and self.gemv is None:
+                continue  # the main row runs on cuBLAS already
             attn = self.attention_for(spec.kind, attn)
             if i and a.budget_s and self.elapsed() > a.budget_s:
                 self.note(f"{spec.label} attn={attn} {tuning} skipped: time budget "
                           f"{a.budget_s:.0f}s spent")
-                self.rows.append(self.row(spec, None, "SKIPPED (time budget)", attn, tuning))
+                gemv = self.gemv_for(spec, tuning)
+                self.rows.append(self.row(spec, None, "SKIPPED (time budget)", attn, tuning,
+                                          gemv.name if gemv is not None else "cublas"))
                 continue
             if tuning == "autotune" and self.mode in ("eager", AUTOTUNE_MODE):
                 self.note(f"{spec.label} autotune variant skipped: main compile mode is {self.mode}")
@@ -866,7 +1417,7 @@ class Runner:
         """After each batch-1 run of a kind: keep the faster attention so far
         (compared on the main compile only)."""
         ms = {r["attn"]: r["median_ms"] for r in self.rows
-              if r["step"] == kind and r["batch"] == 1 and r["tuning"] == "cublas" and timed(r)}
+              if r["step"] == kind and r["batch"] == 1 and r["tuning"] == "main" and timed(r)}
         if not ms:
             return
         best = min(ms, key=ms.get)
@@ -876,11 +1427,12 @@ class Runner:
         if len(ms) == 2:
             self.winner[kind] = best
 
-    def row(self, spec: StepSpec, stats, notes: str, attn: str, tuning: str) -> dict:
-        label = f"{spec.label}_{attn}" + ("_autotune" if tuning == "autotune" else "")
+    def row(self, spec: StepSpec, stats, notes: str, attn: str, tuning: str,
+            gemv: str = "cublas") -> dict:
+        label = f"{spec.label}_{attn}" + ("" if tuning == "main" else f"_{tuning}")
         r = {"label": label, "step": spec.kind, "batch": spec.batch, "ctx": spec.start,
              "tok": spec.batch * spec.tokens, "bucket": spec.bucket, "attn": attn,
-             "tuning": tuning, "median_ms": float("nan"), "p10_ms": float("nan"),
+             "tuning": tuning, "gemv": gemv, "median_ms": float("nan"), "p10_ms": float("nan"),
              "p90_ms": float("nan"), "notes": notes}
         if stats:
             r.update({k: stats[k] for k in ("median_ms", "p10_ms", "p90_ms", "min_ms", "n")})
@@ -888,17 +1440,22 @@ class Runner:
 
     def kernels_for(self, tuning: str):
         """(kernels, mode) of a tuning; the autotune set is made on first use."""
-        if tuning == "cublas":
+        if tuning != "autotune":
             return self.kern, self.mode
         if self.kern_autotune is None:
             self.kern_autotune = self.raw.compiled(AUTOTUNE_MODE)
         return self.kern_autotune, AUTOTUNE_MODE
 
-    def prepare(self, st: StepState, attn: str, kern: Kernels):
+    def gemv_for(self, spec: StepSpec, tuning: str):
+        """The fused GEMV ops a step runs with; None = the compiled cuBLAS path."""
+        small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
+        return self.gemv if tuning == "main" and small else None
+
+    def prepare(self, st: StepState, attn: str, kern: Kernels, gemv):
         """First call (compiles), then graph capture. Returns (fn, run, seconds
         of the first call): fn is the plain call, run replays (or calls, --dry)
         and returns the step's output tensors."""
-        fn = lambda: self.engine.forward(kern, st, attn)  # noqa: E731
+        fn = lambda: self.engine.forward(kern, st, attn, gemv)  # noqa: E731
         if not self.on_cuda:
             return fn, fn, 0.0
         t = time.perf_counter()
@@ -909,22 +1466,30 @@ class Runner:
         return fn, (lambda: (g.replay(), outs)[1]), t_first
 
     def run_step(self, spec: StepSpec, attn: str, tuning: str):
-        """Fallbacks: a failure before any step has worked moves the whole run to
-        the next compile mode; a later failure retries only this step eagerly,
-        except for the optional variants (SDPA, autotune), which are just reported."""
+        """Fallbacks: a failure of the Triton GEMV path moves the rest of the run to
+        cuBLAS (and fails the run's checks); a failure before any step has worked
+        moves the whole run to the next compile mode; a later failure retries only
+        this step eagerly, except for the optional variants (SDPA, autotune,
+        cublas), which are just reported."""
         a, eng = self.args, self.engine
         st = StepState(spec, self.cfg, self.device, self.gen)
         kern, mode = self.kernels_for(tuning)
-        optional = attn == "sdpa" or tuning == "autotune"
+        gemv = self.gemv_for(spec, tuning)
+        optional = attn == "sdpa" or tuning != "main"
         while True:
             try:
-                fn, run, t_first = self.prepare(st, attn, kern)
+                fn, run, t_first = self.prepare(st, attn, kern, gemv)
                 break
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
                 chain = self.mode_chain
-                if not self.worked and not optional and mode in chain[:-1]:
+                if gemv is not None:
+                    self.note(f"{what}; the {gemv.name} GEMV path FAILED, cuBLAS from here on")
+                    self.checks[f"{spec.label}_{attn}_gemv"] = {"ok": False, "error": what}
+                    self.gemv_report["path"] = f"cublas from {spec.label} on (the {gemv.name} path failed)"
+                    self.gemv = gemv = None
+                elif not self.worked and not optional and mode in chain[:-1]:
                     nxt = chain[chain.index(mode) + 1]
                     self.note(f"{what}; switching the run to compile mode {nxt}")
                     torch._dynamo.reset()
@@ -939,7 +1504,9 @@ class Runner:
                     return
         self.worked = True
         label = self.row(spec, None, "", attn, tuning)["label"]
-        notes = [f"attn={attn}", f"compile={mode}", "graph" if self.on_cuda else "eager-cpu"]
+        path = gemv.name if gemv is not None else "cublas"
+        notes = [f"attn={attn}", f"gemv={path}", f"compile={mode}",
+                 "graph" if self.on_cuda else "eager-cpu"]
         if spec.kind != "prefill":
             notes.append(f"bucket={spec.bucket}")
         if spec.batch == 1 and (spec.kind != "prefill" or spec.tokens <= 512):
@@ -947,7 +1514,7 @@ class Runner:
             starts = [spec.start] + ([CHECK_SHORT_START] if spec.kind != "prefill"
                                      and spec.start > CHECK_SHORT_START else [])
             try:
-                chk = check_step(eng, st, run, lambda: eng.forward(self.raw, st, attn), starts)
+                chk = check_step(eng, st, run, lambda: eng.forward(self.raw, st, attn, gemv), starts)
                 self.checks[label] = chk
                 verdict = "OK" if chk["ok"] else "FAIL"
                 notes.append(f"check {verdict}")
@@ -964,7 +1531,7 @@ class Runner:
         if spec.kind == "ar":
             gbps = self.cfg.streamed_weight_bytes() / (stats["median_ms"] * 1e-3) / 1e9
             notes.append(f"wts {gbps:.0f} GB/s")
-        row = self.row(spec, stats, " ".join(notes), attn, tuning)
+        row = self.row(spec, stats, " ".join(notes), attn, tuning, path)
         row["first_call_s"] = round(t_first, 2)
         self.rows.append(row)
         print(f"[step] {label}: median {stats['median_ms']:.3f} ms (p10 {stats['p10_ms']:.3f}, "
@@ -1032,6 +1599,7 @@ class Runner:
             lines.append(f"GEMM anchor ({g['gemms']} x [4,2048]x[2048,16384]): "
                          f"{g['median_ms']:.3f} ms = {g['GBps']:.0f} GB/s"
                          + (f" = {100 * g['GBps'] / copy['rw_GBps']:.0f}% of copy" if copy else ""))
+        lines.append(self.gemv_summary())
         ar = [r for r in self.rows if r["step"] == "ar" and r["batch"] == 1 and timed(r)]
         if ar:
             best = min(ar, key=lambda r: r["median_ms"])
@@ -1057,19 +1625,40 @@ class Runner:
                        f"{TOL_REFERENCE:g} vs reference)")
         return lines
 
+    def gemv_summary(self) -> str:
+        g, chk = self.gemv_report, self.checks.get("gemv_kernels")
+        line = f"weight GEMVs of block/fused/ar steps of <= {GEMV_MAX_ROWS} rows: {g['path']}"
+        if g["path"] == "triton":
+            line += (f" ({'tuned' if g['tuned'] else 'fixed-table'} configs; kernel self-check "
+                     f"worst max|d|/max|ref| {chk['worst']:.1e} <= {GEMV_TOL:g})")
+        elif chk and not chk["ok"]:
+            line += " (the Triton kernel self-check FAILED)"
+        return line
+
+    def gemv_tables(self) -> str:
+        """The GEMV timing table, and the --gemv-tune timings, as text ('' if none)."""
+        g, out = self.gemv_report, []
+        if g.get("table"):
+            out.append("GEMVs per call over a step's weights (Triton, fused; cuBLAS F.linear "
+                       "alone):\n" + format_gemv_table(g["table"]))
+        if g.get("tuning"):
+            out.append("--gemv-tune timings:\n" + format_gemv_table(g["tuning"]))
+        return "\n\n".join(out)
+
     def write(self, anchors: dict, summary: list, table: str):
         os.makedirs(self.args.out, exist_ok=True)
         doc = {"env": self.env(), "args": vars(self.args), "model": asdict(self.cfg),
                "streamed_weight_bytes": self.cfg.streamed_weight_bytes(),
                "compile_mode": self.mode, "attention_winner": self.winner,
                "anchors": anchors, "results": self.rows, "checks": self.checks,
-               "notes": self.notes, "summary": summary,
+               "gemv": self.gemv_report, "notes": self.notes, "summary": summary,
                "elapsed_s": round(self.elapsed(), 1),
                "ar_b1_pct_of_copy": self.ar_pct}
         with open(os.path.join(self.args.out, "peer_results.json"), "w") as f:
             json.dump(json_safe(doc), f, indent=1, default=str, allow_nan=False)
         with open(os.path.join(self.args.out, "peer_results.txt"), "w") as f:
-            f.write("\n".join(summary) + "\n\n" + table + "\n")
+            f.write("\n\n".join(x for x in ("\n".join(summary), self.gemv_tables(), table) if x)
+                    + "\n")
         with open(os.path.join(self.args.out, "peer_profile.txt"), "w") as f:
             f.write("\n\n".join(p["text"] for p in self.profiles.values()) + "\n")
 
@@ -1099,6 +1688,8 @@ def main(argv=None) -> int:
     r.write(anchors, summary, table)
     for p in r.profiles.values():
         print("\n" + p["text"])
+    if r.gemv_tables():
+        print("\n" + r.gemv_tables())
     print("\n" + "\n".join(summary))
     print(f"files: {os.path.abspath(args.out)}/peer_results.json, peer_results.txt, "
           f"peer_profile.txt; total {r.elapsed():.0f}s\n")
