@@ -36,21 +36,21 @@ fixtures() {
 
 peer() {
   section "PyTorch peer"
-  timeout 240 python3 bench/pytorch/peer.py --out "$OUT" >"$OUT/peer.log" 2>&1
+  timeout 240 python3 bench/pytorch/peer.py --gemv-tune --out "$OUT" >"$OUT/peer.log" 2>&1
   echo "peer: rc=$?"; tail -25 "$OUT/peer.log"
 }
 
 bench() {
   # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape).
   section "blockdiff bench"
-  GOMLX_BACKEND=$XLA_BF16 timeout 420 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
+  GOMLX_BACKEND=$XLA_BF16 timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
     -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
   echo "bench: rc=$?"; grep -v '^\(backend\|loaded\)' "$OUT/bench.log" | tail -40
 }
 
 fp8() {
   # The same steps with FP8 weights (both in-graph decoders), against bf16 above.
-  for fp8 in "weight-only -fp8-decoder lut" "weight-only -fp8-decoder bits" "w8a8 -fp8-decoder bits"; do
+  for fp8 in "weight-only -fp8-decoder bits" "w8a8 -fp8-decoder bits" "weight-only -fp8-decoder lut"; do
     section "FP8 steps: -fp8 $fp8"
     GOMLX_BACKEND=$XLA_BF16 timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
     echo "rc=$?"; tail -7 "$OUT/fp8-${fp8// /_}.log"
