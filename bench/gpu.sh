@@ -5,8 +5,9 @@
 #
 #   bash bench/gpu.sh [section ...]     (carry .gpu; logs and tables go to $OUT)
 #
-# Sections: fixtures, peer, bench, fp8 (the default: all four), explore (per-layer cost,
-# XLA flag variants, HLO dump) and profile (per-kernel times, the FP8 loop's HLO).
+# Sections: fixtures, peer, bench, fp8 (the default: all four), compare (batch-1 steps
+# against the peer on cuBLAS, FP8 against bf16), explore (per-layer cost, XLA flag
+# variants, HLO dump) and profile (per-kernel times, the FP8 loop's HLO).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -71,6 +72,20 @@ explore() {
   section "XLA dump of the denoise loop"
   XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" denoise
   tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"
+}
+
+compare() {
+  # Step latencies at batch 1 against the peer on cuBLAS (its Triton GEMVs win the AR
+  # step but lose the 4- and 8-row steps), and FP8 (bits, weight-only) against bf16.
+  section "PyTorch peer, cuBLAS GEMMs, batch 1"
+  timeout 150 python3 bench/pytorch/peer.py --gemv cublas --batch 1 --prefill 512 --out "$OUT/peer-cublas" \
+    >"$OUT/peer-cublas.log" 2>&1
+  echo "peer: rc=$?"; grep -A12 '^step ' "$OUT/peer-cublas.log"
+  section "blockdiff steps, bf16"
+  GOMLX_BACKEND=$XLA_BF16 timeout 100 .gpu/bin/bench -only steps 2>&1 | grep -E 'device loop|one execution'
+  section "blockdiff steps, FP8 weight-only (bits decoder)"
+  GOMLX_BACKEND=$XLA_BF16 timeout 120 .gpu/bin/bench -only steps -steps denoise,ar -fp8 weight-only \
+    -fp8-decoder bits 2>&1 | grep -E 'weights|device loop|one execution'
 }
 
 profile() {
