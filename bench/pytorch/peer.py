@@ -192,8 +192,8 @@ def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) ->
     the least important runs. attention 'auto' = the winner of the batch-1 duel
     of the same kind (block for fused). tuning 'main' = the main compile, whose
     steps of <= GEMV_MAX_ROWS rows use the --gemv path; 'cublas' = the same
-    compile with cuBLAS GEMMs (AR batch 1, the comparison when the main row runs
-    Triton GEMVs); 'autotune' = the AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
+    compile with cuBLAS GEMMs (block, fused and AR at batch 1, the comparison when
+    the main row runs Triton GEMVs); 'autotune' = the AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
     def spec(kind, b, p=0):
         return make_spec(kind, b, context, max_len, align, p)
     plan = [(spec("block", 1), "gemm", "main"), (spec("block", 1), "sdpa", "main"),
@@ -201,6 +201,8 @@ def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) ->
             (spec("ar", 1), "auto", "cublas")]
     plan += [(spec("ar", 1), "auto", "autotune")] if autotune_ar else []
     plan += [(spec("fused", 1), "auto", "main")]
+    # The 4- and 8-row Triton path lost to cuBLAS on the H200: time both, every run.
+    plan += [(spec("block", 1), "auto", "cublas"), (spec("fused", 1), "auto", "cublas")]
     plan += [(spec("prefill", 1, p), "flash", "main") for p in prefills[:1]]
     plan += [(spec("ar", b), "auto", "main") for b in batches if b != 1]
     plan += [(spec("block", b), "auto", "main") for b in batches if b != 1]
