@@ -63,6 +63,12 @@ explore() {
   denoise() { timeout 100 .gpu/bin/bench -only steps -steps denoise -iters 20 "$@" 2>&1 | grep 'device loop'; }
   section "per-layer cost: the denoise step with 2 and 42 layers"
   denoise -layers 2; denoise
+  section "the AR step, and the AR step padded to 4 rows (are 1-row GEMMs the slow part?)"
+  timeout 100 .gpu/bin/bench -only steps -steps ar,ar-padded -iters 20 2>&1 | grep 'device loop'
+  XLA_FLAGS="--xla_dump_to=$OUT/xla-ar --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" \
+    timeout 100 .gpu/bin/bench -only steps -steps ar -iters 20 >/dev/null 2>&1
+  rm -f "$OUT"/xla-ar/*{before,after_spmd,buffer-assignment,live-range,memory-usage}*
+  tar czf "$OUT/xla-ar.tgz" -C "$OUT" xla-ar && rm -rf "$OUT/xla-ar"
   for flags in "--xla_gpu_enable_command_buffer=" \
                "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL" \
                "--xla_gpu_enable_triton_gemm=false" "--xla_gpu_enable_cublaslt=true"; do

@@ -39,7 +39,7 @@ var (
 	capacity  = flag.Int("capacity", 2048, "cache capacity for step timings")
 	iters     = flag.Int("iters", 50, "forwards per device loop, and repetitions of single executions")
 	only      = flag.String("only", "steps,prefill,decode", "comma-separated: steps, prefill, decode")
-	steps     = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar")
+	steps     = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar, ar-padded")
 	batches   = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	newTokens = flag.Int("new", 256, "tokens generated per prompt when decoding")
 	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")

@@ -29,6 +29,9 @@ var stepKinds = []stepKind{
 	{"denoise", "denoise step (4 tokens)", 4, 0, 4},
 	{"fused", "fused step (8 tokens, commits 4)", 8, 4, 4},
 	{"ar", "autoregressive step (1 token)", 1, 1, 1},
+	// The AR step padded to 4 rows (3 discarded), to tell whether XLA's 1-row GEMMs
+	// are what makes the AR step slower than the 4-token step.
+	{"ar-padded", "autoregressive step padded to 4 rows", 4, 1, 1},
 }
 
 // benchSteps times each kind of step inside a device loop (as the decoder runs them)
