@@ -41,7 +41,8 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		x = MulScalar(x, s)
 	}
 	// The residual stream accumulates in float32 whatever the compute dtype: it is
-	// small, and in bfloat16 its rounding over many layers dominates the logits' error.
+	// small, and keeping it out of bfloat16 about halves the bf16 logits' error on the
+	// fixtures (BENCHMARKS.md).
 	compute := x.DType()
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])

@@ -23,8 +23,9 @@ type Linear interface {
 }
 
 // Float32Linear is a [Linear] that can also return float32 outputs from lower-precision
-// inputs without rounding them to the input's dtype. The head uses it when available, so
-// that bf16 models keep float32 logits (confidences and near-ties depend on it).
+// inputs without rounding them to the input's dtype. Forward uses it when available: the
+// residual stream and the logits stay float32 in bf16 models (confidences and near-ties
+// depend on it).
 type Float32Linear interface {
 	Linear
 	ApplyFloat32(x *Node, params []*Node) *Node
