@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Every GPU measurement of BENCHMARKS.md from one device call (the session's device time
-# is short): correctness on XLA, the PyTorch peer, then our benchmarks, in the same run
-# so figures can be compared. Run bench/build-gpu.sh first, then on the device:
+# The GPU measurements of BENCHMARKS.md, in sections that share one device call so that
+# figures can be compared within a run. Run bench/build-gpu.sh first, then on the
+# device (carrying .gpu; logs and tables go to $OUT):
 #
-#   bash bench/gpu.sh [section ...]     (carry .gpu; logs and tables go to $OUT)
+#   bash bench/gpu.sh                  peer, bench, fixtures (~520 s on the H200)
+#   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
+#                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #
-# Sections: fixtures, peer, bench, fp8 (the default: all four), compare (batch-1 steps
-# against the peer on cuBLAS, FP8 against bf16), explore (per-layer cost, XLA flag
-# variants, HLO dump) and profile (per-kernel times, the FP8 loop's HLO).
+# Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
+# cost, the padded AR step, XLA flag variants, HLO dumps) and profile. A device call
+# lasts at most 600 s, so the default stops at three.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -19,7 +21,7 @@ export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1 BLOCKDIFF_FIXTURES=$PWD/.gpu
 XLA_BF16="xla:$plugin,preallocate=true"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(fixtures peer bench fp8)
+[ ${#sections[@]} -eq 0 ] && sections=(peer bench fixtures)
 
 section() { echo; echo "=== $* ($(date +%T))"; }
 
