@@ -1,6 +1,7 @@
 package diffusion
 
 import (
+	"slices"
 	"testing"
 
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -43,5 +44,15 @@ func TestHitsStop(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []bool{c.want}, got.Value())
 		})
+	}
+}
+
+// The While's condition counts waiting rows without a reduction (see anyTrue).
+func TestAnyTrue(t *testing.T) {
+	b := testutil.Backend(t)
+	for _, rows := range [][]bool{{false}, {true}, {false, false, false}, {false, true, false}, {true, true}} {
+		got, err := ExecOnce(b, func(g *Graph) *Node { return anyTrue(Const(g, rows)) })
+		require.NoError(t, err)
+		require.Equal(t, slices.Contains(rows, true), got.Value(), "%v", rows)
 	}
 }
