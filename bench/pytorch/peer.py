@@ -314,8 +314,11 @@ GEMV_TABLE = {
 GEMV_CANDIDATES = {
     ("qkv", "fma"): [GemvConfig(4, 1024, 1, 4, 2), GemvConfig(8, 256, 1, 4, 4),
                      GemvConfig(16, 512, 1, 8, 3)],
+    # o (4 us, 2.06 TB/s on the H200 after tuning) is short enough that the ramp-up
+    # of each CTA's loads dominates: the last two split K 8 ways, 1-2 loads per CTA.
     ("o", "fma"): [GemvConfig(8, 256, 4, 4, 3), GemvConfig(16, 512, 2, 4, 3),
-                   GemvConfig(4, 1024, 2, 4, 2)],
+                   GemvConfig(4, 1024, 2, 4, 2), GemvConfig(8, 256, 8, 4, 2),
+                   GemvConfig(16, 128, 8, 4, 2)],
     ("gate_up", "fma"): [GemvConfig(8, 512, 1, 4, 3), GemvConfig(32, 256, 1, 8, 3)],
     ("down", "fma"): [GemvConfig(8, 512, 2, 4, 4), GemvConfig(16, 512, 4, 4, 3),
                       GemvConfig(8, 1024, 2, 4, 3)],
@@ -355,6 +358,39 @@ def format_gemv_table(rows) -> str:
     for r in rows:
         lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in GEMV_COLS))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Fast decode: decode attention of the AR step (pure Python)
+# --------------------------------------------------------------------------
+
+# Cache positions per CTA of the decode attention's split kernel: at the default
+# context (bucket 528) 17 chunks x 2 KV groups = 34 CTAs of 16 KB of K/V each.
+DECODE_ATTN_BLOCK_N = 32
+# Start-up check: max|triton - torch| / max|torch| of the attention output (and of
+# the whole cache after the write). The torch path rounds the scores and the
+# output to bf16 (bmm outputs) where the kernel keeps float32, a few bf16 ulps.
+DECODE_ATTN_TOL = 2e-2
+# Token positions of that check: no cache, short caches where a wrong mask or
+# position shows, the default context, and the last position (most chunks).
+DECODE_ATTN_CHECK_POS = (0, 1, 8, 512, 1000, -1)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def decode_attn_chunks(bucket: int) -> int:
+    """Split-kernel chunks (CTAs per sequence and KV group) of an AR step: its cache
+    bucket is fixed at capture, the position moves within it between replays."""
+    return -(-bucket // DECODE_ATTN_BLOCK_N)
+
+
+def decode_attn_batches(plan) -> list:
+    """Batch sizes of the planned AR steps that run the fast-decode layer (so the
+    decode attention, when its attention is 'gemm'): those checked at start-up."""
+    return sorted({s.batch for s, _, tuning in plan
+                   if s.kind == "ar" and tuning == "main" and s.batch <= GEMV_MAX_ROWS})
 
 
 # --------------------------------------------------------------------------
@@ -476,6 +512,10 @@ def parse_args(argv=None):
                    help=f"weight GEMVs of block/fused/ar steps of <= {GEMV_MAX_ROWS} rows: "
                         "fused Triton kernels, or the compiled pieces on cuBLAS; auto = "
                         "triton if it imports and passes its start-up self-check")
+    p.add_argument("--decode-attn", default="auto", choices=["auto", "triton", "torch"],
+                   help="RoPE, cache write and attention of the fast AR steps (attention "
+                        "'gemm'): one Triton split kernel + a combine, or the torch pieces; "
+                        "auto = triton if it passes its start-up self-check")
     p.add_argument("--gemv-tune", action="store_true",
                    help=f"time a few configs per GEMV shape on the device and keep the "
                         f"fastest (<= {GEMV_TUNE_S:.0f} s more)")
@@ -716,49 +756,56 @@ class Engine:
         self.slot_a = torch.tensor(a, device=device).view(-1, 1, 1)
         self.slot_b = torch.tensor(b, device=device).view(-1, 1, 1)
 
-    def forward(self, kern: Kernels, st: StepState, attn: str, gemv=None):
+    def forward(self, kern: Kernels, st: StepState, attn: str, gemv=None, dattn=None):
         """One step. No host syncs, no Python-dependent shapes: graph-capturable.
         gemv: the fused GEMV ops (TritonGemv; TorchGemv on a CPU) of the
-        fast-decode layer, or None for the compiled pieces with cuBLAS GEMMs."""
+        fast-decode layer, or None for the compiled pieces with cuBLAS GEMMs.
+        dattn: the decode attention (TritonDecodeAttn) of a fast AR step, or None."""
         if gemv is not None:
-            return self.forward_fast(kern, st, attn, gemv)
+            return self.forward_fast(kern, st, attn, gemv, dattn)
         cfg, w, spec = self.cfg, self.w, st.spec
         T = spec.tokens
         h, delta = F.embedding(st.ids, w.embed), st.zeros
         for l in range(cfg.layers):
             h, qkv = kern.pre(h, delta, w.ln1[l], w.qkv[l], st.pos, self.cos, self.sin,
                               self.slot_a, self.slot_b)
-            o = self.attend(kern, st, attn, l, qkv)
+            o = self.attend(kern, st, attn, self.cache[l, :, :spec.batch], qkv)
             h, delta = kern.post(h, o, w.o[l], w.ln2[l], w.gate_up[l], w.down[l])
         n = spec.logits
         return kern.head(h[:, T - n:], delta[:, T - n:], w.ln_f, w.head)
 
-    def forward_fast(self, kern: Kernels, st: StepState, attn: str, gemv):
+    def forward_fast(self, kern: Kernels, st: StepState, attn: str, gemv, dattn=None):
         """The step with the weight GEMVs as fused kernels (<= GEMV_MAX_ROWS rows).
         The residual stream is float32 [rows, hidden]: the o and down GEMVs add
         into it in place (atomically, when they split K), and the qkv, gate/up and
         head GEMVs apply the RMSNorm themselves. Per layer 9 kernels instead of 12:
         qkv+norm, RoPE, cache write, attention (3, as in forward), o+add,
-        gate/up+norm, down+SiLU*mul+add."""
+        gate/up+norm, down+SiLU*mul+add. With dattn (AR steps) the RoPE, cache
+        write and attention are its 2 kernels: 6 per layer."""
         cfg, w, spec = self.cfg, self.w, st.spec
         B, T = spec.batch, spec.tokens
         assert spec.logits == T, "the fast layer computes logits for every token"
+        assert dattn is None or spec.kind == "ar", "the decode attention takes 1-token steps"
         h = F.embedding(st.ids, w.embed).float().view(B * T, cfg.hidden)
         for l in range(cfg.layers):
             x = gemv.rmsnorm("qkv", h, w.ln1[l], w.qkv[l])
-            qkv = kern.rope(x.view(B, T, -1), st.pos, self.cos, self.sin, self.slot_a, self.slot_b)
-            o = self.attend(kern, st, attn, l, qkv)
+            cache = self.cache[l, :, :B]
+            if dattn is not None:
+                o = dattn(x, cache, self.cos, self.sin, st)
+            else:
+                qkv = kern.rope(x.view(B, T, -1), st.pos, self.cos, self.sin, self.slot_a, self.slot_b)
+                o = self.attend(kern, st, attn, cache, qkv)
             gemv.add("o", o.reshape(B * T, -1), w.o[l], h)
             gu = gemv.rmsnorm("gate_up", h, w.ln2[l], w.gate_up[l])
             gemv.swiglu_add("down", gu, w.down[l], h)
         logits = gemv.rmsnorm("head", h, w.ln_f, w.head, torch.float32)
         return kern.pick(logits.view(B, T, -1))
 
-    def attend(self, kern: Kernels, st: StepState, attn: str, l: int, qkv):
-        """Layer l's cache write of the committed tokens, then its attention.
-        qkv [B, G, grp+2, T, d]; returns [B, T, heads * d]."""
+    def attend(self, kern: Kernels, st: StepState, attn: str, cache, qkv):
+        """A layer's cache write of the committed tokens, then its attention.
+        cache: the layer's [2, B, G, max_len, d]; qkv [B, G, grp+2, T, d];
+        returns [B, T, heads * d]."""
         spec, grp, W = st.spec, self.cfg.group, st.spec.commit
-        cache = self.cache[l, :, :spec.batch]    # [2, B, G, max_len, d]
         attn_fn = kern.attn[attn]
         q, k, v = qkv[:, :, :grp], qkv[:, :, grp], qkv[:, :, grp + 1]
         if W:  # one kernel writes K and V of the committed tokens
@@ -1173,6 +1220,158 @@ def tune_gemv(tri, w: Weights, rows, gen, deadline: float, note) -> list:
 
 
 # --------------------------------------------------------------------------
+# Fast decode: decode attention of the AR step (Triton)
+# --------------------------------------------------------------------------
+# The AR step's attention side ran 5 kernels per layer (RoPE, cache write, bmm,
+# softmax, bmm; ~11 us of kernel time on the H200, plus launch gaps). Here it is
+# two, flash-decoding style. The split kernel runs one CTA per (sequence, KV
+# group, chunk of DECODE_ATTN_BLOCK_N cache positions): it applies RoPE to the
+# token's q heads and k straight from the qkv GEMV output, and computes the
+# chunk's partial softmax (max, sum, sum of p * V) for the group's query heads,
+# which share every K/V load. The combine kernel merges the chunks per head.
+# Chunk CTAs read only cache positions < pos. The token's own k and v go in from
+# registers in chunk 0, which also writes them to the cache at pos, so no CTA
+# reads the position being written. The position is read on the device, and the
+# grid covers the step's fixed cache bucket: graph replays may move it.
+
+if triton is not None:
+    @triton.jit
+    def decode_attn_split_kernel(x_ptr, kc_ptr, vc_ptr, pos_ptr, cos_ptr, sin_ptr,
+                                 m_ptr, l_ptr, acc_ptr, G, n_chunks, stride_xb,
+                                 stride_cb, stride_cg, stride_cn, scale,
+                                 GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
+                                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Partials of chunk program_id(1) for sequence and KV group program_id(0).
+        x: qkv GEMV output [B, G * (GROUP + 2) * HEAD_DIM] bf16 (per group: the q
+        heads, k, v); kc / vc: [B, G, max_len, HEAD_DIM] (last stride 1); cos / sin:
+        float32 [max_len, HEAD_DIM]. Writes, per query head of the group, m (max
+        score), l (sum of e^(s - m)) and acc (sum of e^(s - m) v, [HEAD_DIM]),
+        float32, at index (sequence, group, head, chunk)."""
+        bg, chunk = tl.program_id(0), tl.program_id(1)
+        b, g = bg // G, bg % G
+        pos = tl.load(pos_ptr)
+        dims = tl.arange(0, HEAD_DIM)
+        heads = tl.arange(0, BLOCK_H)  # the group's query heads, padded for tl.dot
+        h_ok = heads < GROUP
+        # rotate_half(x)[i] = -x[i + d/2] for i < d/2, x[i - d/2] after: sign in sin
+        partner = (dims + HEAD_DIM // 2) % HEAD_DIM
+        cos = tl.load(cos_ptr + pos * HEAD_DIM + dims)
+        sin = tl.load(sin_ptr + pos * HEAD_DIM + dims) * tl.where(dims < HEAD_DIM // 2, -1.0, 1.0)
+        xg = x_ptr + b * stride_xb + g * (GROUP + 2) * HEAD_DIM
+        q_rows = xg + heads[:, None] * HEAD_DIM
+        q = tl.load(q_rows + dims[None, :], mask=h_ok[:, None], other=0.0).to(tl.float32)
+        q_rot = tl.load(q_rows + partner[None, :], mask=h_ok[:, None], other=0.0).to(tl.float32)
+        # rounded to bf16 as the torch path's RoPE output is; 1/sqrt(d) folded in as there
+        q = (q * (cos * scale)[None, :] + q_rot * (sin * scale)[None, :]).to(tl.bfloat16)
+        k_row = xg + GROUP * HEAD_DIM
+        k_new = (tl.load(k_row + dims).to(tl.float32) * cos
+                 + tl.load(k_row + partner).to(tl.float32) * sin).to(tl.bfloat16)
+        v_new = tl.load(k_row + HEAD_DIM + dims)
+        first = chunk == 0
+        c_seq = b * stride_cb + g * stride_cg
+        tl.store(kc_ptr + c_seq + pos * stride_cn + dims, k_new, mask=first)
+        tl.store(vc_ptr + c_seq + pos * stride_cn + dims, v_new, mask=first)
+        # the chunk's cache positions before the token (masked loads past pos
+        # touch no memory, so a chunk beyond pos costs no traffic)
+        n = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n < pos
+        kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
+        k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        s = tl.where(n_ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))  # [BLOCK_H, BLOCK_N]
+        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1)
+        s_new = tl.where(first, s_new, float("-inf"))
+        m = tl.maximum(tl.max(s, axis=1), s_new)
+        m_safe = tl.where(m == float("-inf"), 0.0, m)  # a chunk with no key: p = 0, not NaN
+        p = tl.exp(s - m_safe[:, None])
+        p_new = tl.exp(s_new - m_safe)
+        l = tl.sum(p, axis=1) + p_new
+        acc = tl.dot(p.to(tl.bfloat16), v) + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        part = (bg * GROUP + heads) * n_chunks + chunk
+        tl.store(m_ptr + part, m, mask=h_ok)
+        tl.store(l_ptr + part, l, mask=h_ok)
+        tl.store(acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=h_ok[:, None])
+
+    @triton.jit
+    def decode_attn_combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, n_chunks,
+                                   HEAD_DIM: tl.constexpr, BLOCK_C: tl.constexpr):
+        """out[row] = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c for the query
+        head row = (sequence, head), i.e. out [B, heads * HEAD_DIM], the o GEMV's input."""
+        row = tl.program_id(0)
+        c = row * n_chunks + tl.arange(0, BLOCK_C)
+        c_ok = tl.arange(0, BLOCK_C) < n_chunks
+        m = tl.load(m_ptr + c, mask=c_ok, other=float("-inf"))
+        w = tl.exp(m - tl.max(m, axis=0))  # chunk 0 holds the token itself: max is finite
+        l = tl.sum(w * tl.load(l_ptr + c, mask=c_ok, other=0.0), axis=0)
+        dims = tl.arange(0, HEAD_DIM)
+        acc = tl.load(acc_ptr + c[:, None] * HEAD_DIM + dims[None, :], mask=c_ok[:, None], other=0.0)
+        o = tl.sum(w[:, None] * acc, axis=0) / l
+        tl.store(out_ptr + row * HEAD_DIM + dims, o.to(out_ptr.dtype.element_ty))
+
+
+class TritonDecodeAttn:
+    """The decode attention of a 1-token step: RoPE, cache write and GQA attention
+    over positions 0..pos in 2 kernels (replaces kern.rope + Engine.attend)."""
+    name = "triton"
+
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
+
+    def __call__(self, x, cache, cos, sin, st: StepState):
+        """x: the qkv GEMV output [B, G * (group + 2) * d] bf16; cache: the layer's
+        [2, B, G, max_len, d], written at st.pos; returns [B, heads * d] bf16."""
+        cfg = self.cfg
+        B, G, grp, d = x.shape[0], cfg.kv_heads, cfg.group, cfg.head_dim
+        kc, vc = cache[0], cache[1]
+        assert x.is_contiguous() and kc.stride(-1) == 1 and cos.is_contiguous()
+        chunks = decode_attn_chunks(st.spec.bucket)
+        m = torch.empty(B * cfg.heads * chunks, device=x.device)
+        l = torch.empty_like(m)
+        acc = torch.empty(B * cfg.heads * chunks, d, device=x.device)
+        out = torch.empty(B, cfg.heads * d, device=x.device, dtype=torch.bfloat16)
+        decode_attn_split_kernel[(B * G, chunks)](
+            x, kc, vc, st.pos, cos, sin, m, l, acc, G, chunks, x.stride(0),
+            kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
+            GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), HEAD_DIM=d,
+            BLOCK_N=DECODE_ATTN_BLOCK_N, num_warps=4)
+        decode_attn_combine_kernel[(B * cfg.heads,)](m, l, acc, out, chunks, HEAD_DIM=d,
+                                                     BLOCK_C=next_pow2(chunks), num_warps=4)
+        return out
+
+
+def max_rel(got, want) -> float:
+    """max|got - want| / max|want|; NaN if either is not finite."""
+    err = ((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30)).item()
+    return err if math.isfinite(err) else float("nan")
+
+
+def check_decode_attn(dattn, eng: Engine, kern: Kernels, batches, max_len: int,
+                      align: int, gen) -> dict:
+    """The decode attention against the torch path it replaces (kern.rope, then
+    Engine.attend's cache write and 'gemm' attention) on the real shapes: random
+    qkv GEMV outputs and caches, at DECODE_ATTN_CHECK_POS (negative: from the end)
+    for each batch. Compares the attention output and the whole cache afterwards
+    (the written k / v, and nothing else written)."""
+    cfg, dev = eng.cfg, eng.device
+    n_qkv = gemv_shapes(cfg)["qkv"][0]
+    errs = {}
+    for B in batches:
+        for p in sorted({p % max_len for p in DECODE_ATTN_CHECK_POS}):
+            st = StepState(make_spec("ar", B, p, max_len, align), cfg, dev, gen)
+            x = torch.randn(B, n_qkv, device=dev, generator=gen).to(torch.bfloat16)
+            want_cache = torch.randn(2, B, cfg.kv_heads, max_len, cfg.head_dim, device=dev,
+                                     generator=gen).to(torch.bfloat16)
+            got_cache = want_cache.clone()
+            qkv = kern.rope(x.view(B, 1, -1), st.pos, eng.cos, eng.sin, eng.slot_a, eng.slot_b)
+            want = eng.attend(kern, st, "gemm", want_cache, qkv).reshape(B, -1)
+            got = dattn(x, got_cache, eng.cos, eng.sin, st)
+            errs[f"b{B}_pos{p}"] = max_rel(got, want)
+            errs[f"b{B}_pos{p}_cache"] = max_rel(got_cache, want_cache)
+    return {"max_rel": errs, "worst": max(e if e == e else math.inf for e in errs.values()),
+            "tol": DECODE_ATTN_TOL, "ok": all(e <= DECODE_ATTN_TOL for e in errs.values())}
+
+
+# --------------------------------------------------------------------------
 # Timing, bandwidth anchors, profiler
 # --------------------------------------------------------------------------
 
@@ -1282,6 +1481,8 @@ class Runner:
         self.ar_pct = None  # AR batch-1 weight stream, % of copy bandwidth
         self.gemv = None  # fused GEMV ops of the small steps (None: cuBLAS)
         self.gemv_report = {"path": "cublas"}
+        self.dattn = None  # decode attention of the fast AR steps (None: torch pieces)
+        self.dattn_report = {"path": "torch"}
         base = TINY if args.dry else MINICPM5_2B
         self.cfg = ModelConfig(**{**asdict(base), "layers": args.layers or base.layers})
 
@@ -1313,6 +1514,7 @@ class Runner:
         print(f"[setup] weights {cfg.streamed_weight_bytes() / 1e9:.3f} GB streamed per step, "
               f"cache {cache.numel() * 2 / 1e9:.2f} GB, {self.elapsed():.1f}s", flush=True)
         self.setup_gemv()
+        self.setup_decode_attn()
 
     def setup_gemv(self):
         """The GEMV path of the small steps (--gemv): the Triton kernels if they
@@ -1358,6 +1560,38 @@ class Runner:
             print(format_gemv_table(self.gemv_report["table"]), flush=True)
         except Exception as e:  # noqa: BLE001 - the table is diagnostic only
             self.note(f"GEMV timing table failed: {e!r:.200}")
+
+    def setup_decode_attn(self):
+        """--decode-attn: the Triton decode attention in the fast AR steps if it
+        passes its start-up check (check_decode_attn) at every planned batch, else
+        the torch pieces. A failed check also fails the run (exit code 1)."""
+        a, batches = self.args, decode_attn_batches(self.plan)
+        if a.decode_attn == "torch" or self.gemv is None or not batches:
+            return
+        if not self.on_cuda or triton is None:
+            why = "needs CUDA" if not self.on_cuda else "needs Triton, which does not import"
+            if a.decode_attn == "triton":
+                self.note(f"--decode-attn triton {why}; the AR steps keep the torch attention")
+                if self.on_cuda:
+                    self.checks["decode_attn"] = {"ok": False, "error": why}
+            return
+        dattn, t0 = TritonDecodeAttn(self.cfg), time.perf_counter()
+        try:
+            chk = check_decode_attn(dattn, self.engine, self.raw, batches, a.max_len,
+                                    a.bucket_align, self.gen)
+        except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
+            traceback.print_exc()
+            chk = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        self.checks["decode_attn"] = chk
+        if not chk["ok"]:
+            self.note(f"Triton decode attention self-check FAILED "
+                      f"({chk.get('error') or chk['max_rel']}); the AR steps keep the torch attention")
+            return
+        self.dattn = dattn
+        self.dattn_report.update(path="triton", batches=batches, block_n=DECODE_ATTN_BLOCK_N)
+        print(f"[decode-attn] Triton decode attention at batches {batches}: self-check OK, "
+              f"worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g}; "
+              f"{time.perf_counter() - t0:.1f}s", flush=True)
 
     def probe_sdpa_gqa(self) -> bool:
         q = torch.randn(1, 4, 2, 8, device=self.device, dtype=torch.bfloat16)
@@ -1453,11 +1687,16 @@ class Runner:
         small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
         return self.gemv if tuning == "main" and small else None
 
-    def prepare(self, st: StepState, attn: str, kern: Kernels, gemv):
+    def dattn_for(self, spec: StepSpec, attn: str, gemv):
+        """The decode attention a step runs with: fast-layer AR steps whose attention
+        is 'gemm' (the SDPA duel row keeps SDPA, a comparison); None = torch pieces."""
+        return self.dattn if gemv is not None and spec.kind == "ar" and attn == "gemm" else None
+
+    def prepare(self, st: StepState, attn: str, kern: Kernels, gemv, dattn):
         """First call (compiles), then graph capture. Returns (fn, run, seconds
         of the first call): fn is the plain call, run replays (or calls, --dry)
         and returns the step's output tensors."""
-        fn = lambda: self.engine.forward(kern, st, attn, gemv)  # noqa: E731
+        fn = lambda: self.engine.forward(kern, st, attn, gemv, dattn)  # noqa: E731
         if not self.on_cuda:
             return fn, fn, 0.0
         t = time.perf_counter()
@@ -1477,16 +1716,22 @@ class Runner:
         st = StepState(spec, self.cfg, self.device, self.gen)
         kern, mode = self.kernels_for(tuning)
         gemv = self.gemv_for(spec, tuning)
+        dattn = self.dattn_for(spec, attn, gemv)
         optional = attn == "sdpa" or tuning != "main"
         while True:
             try:
-                fn, run, t_first = self.prepare(st, attn, kern, gemv)
+                fn, run, t_first = self.prepare(st, attn, kern, gemv, dattn)
                 break
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
                 chain = self.mode_chain
-                if gemv is not None:
+                if dattn is not None:
+                    self.note(f"{what}; the Triton decode attention FAILED, torch attention from here on")
+                    self.checks[f"{spec.label}_{attn}_decode_attn"] = {"ok": False, "error": what}
+                    self.dattn_report["path"] = f"torch from {spec.label} on (the triton path failed)"
+                    self.dattn = dattn = None
+                elif gemv is not None:
                     self.note(f"{what}; the {gemv.name} GEMV path FAILED, cuBLAS from here on")
                     self.checks[f"{spec.label}_{attn}_gemv"] = {"ok": False, "error": what}
                     self.gemv_report["path"] = f"cublas from {spec.label} on (the {gemv.name} path failed)"
@@ -1507,8 +1752,11 @@ class Runner:
         self.worked = True
         label = self.row(spec, None, "", attn, tuning)["label"]
         path = gemv.name if gemv is not None else "cublas"
+        dpath = dattn.name if dattn is not None else "torch"
         notes = [f"attn={attn}", f"gemv={path}", f"compile={mode}",
                  "graph" if self.on_cuda else "eager-cpu"]
+        if spec.kind == "ar":
+            notes.insert(2, f"dattn={dpath}")
         if spec.kind != "prefill":
             notes.append(f"bucket={spec.bucket}")
         if spec.batch == 1 and (spec.kind != "prefill" or spec.tokens <= 512):
@@ -1516,7 +1764,8 @@ class Runner:
             starts = [spec.start] + ([CHECK_SHORT_START] if spec.kind != "prefill"
                                      and spec.start > CHECK_SHORT_START else [])
             try:
-                chk = check_step(eng, st, run, lambda: eng.forward(self.raw, st, attn, gemv), starts)
+                eager = lambda: eng.forward(self.raw, st, attn, gemv, dattn)  # noqa: E731
+                chk = check_step(eng, st, run, eager, starts)
                 self.checks[label] = chk
                 verdict = "OK" if chk["ok"] else "FAIL"
                 notes.append(f"check {verdict}")
@@ -1535,6 +1784,8 @@ class Runner:
             notes.append(f"wts {gbps:.0f} GB/s")
         row = self.row(spec, stats, " ".join(notes), attn, tuning, path)
         row["first_call_s"] = round(t_first, 2)
+        if spec.kind == "ar":
+            row["decode_attn"] = dpath
         self.rows.append(row)
         print(f"[step] {label}: median {stats['median_ms']:.3f} ms (p10 {stats['p10_ms']:.3f}, "
               f"p90 {stats['p90_ms']:.3f}); first call {t_first:.1f}s; "
@@ -1602,6 +1853,7 @@ class Runner:
                          f"{g['median_ms']:.3f} ms = {g['GBps']:.0f} GB/s"
                          + (f" = {100 * g['GBps'] / copy['rw_GBps']:.0f}% of copy" if copy else ""))
         lines.append(self.gemv_summary())
+        lines.append(self.dattn_summary())
         ar = [r for r in self.rows if r["step"] == "ar" and r["batch"] == 1 and timed(r)]
         if ar:
             best = min(ar, key=lambda r: r["median_ms"])
@@ -1637,6 +1889,16 @@ class Runner:
             line += " (the Triton kernel self-check FAILED)"
         return line
 
+    def dattn_summary(self) -> str:
+        d, chk = self.dattn_report, self.checks.get("decode_attn")
+        line = f"decode attention of the fast AR steps (attn=gemm): {d['path']}"
+        if d["path"] == "triton":
+            line += (f" (2 kernels per layer, {DECODE_ATTN_BLOCK_N} positions per CTA; "
+                     f"self-check worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g})")
+        elif chk and not chk["ok"]:
+            line += " (the Triton decode attention self-check FAILED)"
+        return line
+
     def gemv_tables(self) -> str:
         """The GEMV timing table, and the --gemv-tune timings, as text ('' if none)."""
         g, out = self.gemv_report, []
@@ -1653,7 +1915,8 @@ class Runner:
                "streamed_weight_bytes": self.cfg.streamed_weight_bytes(),
                "compile_mode": self.mode, "attention_winner": self.winner,
                "anchors": anchors, "results": self.rows, "checks": self.checks,
-               "gemv": self.gemv_report, "notes": self.notes, "summary": summary,
+               "gemv": self.gemv_report, "decode_attn": self.dattn_report,
+               "notes": self.notes, "summary": summary,
                "elapsed_s": round(self.elapsed(), 1),
                "ar_b1_pct_of_copy": self.ar_pct}
         with open(os.path.join(self.args.out, "peer_results.json"), "w") as f:
