@@ -213,9 +213,14 @@ func splitByMatches(p piece, m matcher, behavior splitBehavior, invert bool, emi
 			return nil
 		case behaviorIsolated:
 			return out(start, end)
-		case behaviorMergedWithPrevious:
-			// A match joins the range before it, unless that one was a match too.
-			if isMatch && !prevMatch && havePend {
+		case behaviorMergedWithPrevious, behaviorContiguous:
+			// MergedWithPrevious: a match joins the range before it, unless that one was a
+			// match too. Contiguous: a range joins the one before it of the same kind.
+			join := isMatch && !prevMatch
+			if behavior == behaviorContiguous {
+				join = isMatch == prevMatch
+			}
+			if havePend && join {
 				pendEnd = end
 			} else {
 				if havePend {
@@ -245,19 +250,6 @@ func splitByMatches(p piece, m matcher, behavior splitBehavior, invert bool, emi
 				return nil
 			}
 			return out(start, end)
-		case behaviorContiguous:
-			if havePend && isMatch == prevMatch {
-				pendEnd = end
-			} else {
-				if havePend {
-					if err := out(pendStart, pendEnd); err != nil {
-						return err
-					}
-				}
-				pendStart, pendEnd, havePend = start, end, true
-			}
-			prevMatch = isMatch
-			return nil
 		}
 		return nil
 	}
