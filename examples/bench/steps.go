@@ -61,15 +61,23 @@ func (k stepKind) window(g *Graph, tokens *Node) model.Window {
 	return model.Window{Tokens: tokens, Start: start, CacheLen: start, WriteLen: Const(g, fill(b, int32(k.write))), BlockSize: k.block}
 }
 
-// inputs are a step's program inputs: the window's tokens and a zeroed cache, which
-// free releases.
-func (k stepKind) inputs(m *model.Model) (args []*tensors.Tensor, free func(), err error) {
+// time runs p on a zeroed cache: once to warm it up (its first run compiles), then reps
+// more times, timed.
+func (k stepKind) time(m *model.Model, p *model.Program, reps int) (first time.Duration, times []time.Duration, err error) {
 	cache, err := m.NewCache(1, *capacity)
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
-	args = append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
-	return args, cache.Free, nil
+	defer cache.Free()
+	args := append([]*tensors.Tensor{tensors.FromValue([][]int32{make([]int32, k.width)})}, cache.Tensors()...)
+	run := func() error { return runAndWait(p, args...) }
+	start := time.Now()
+	if err := run(); err != nil {
+		return 0, nil, err
+	}
+	first = time.Since(start)
+	times, err = repeat(reps, run)
+	return first, times, err
 }
 
 // next feeds the argmax of every position back as the next tokens, so that the steps
@@ -99,20 +107,15 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	args, free, err := k.inputs(m)
+	built := time.Since(compileStart)
+	first, times, err := k.time(m, p, 5)
 	if err != nil {
 		return row{}, err
 	}
-	defer free()
-	run := func() error { return runAndWait(p, args...) }
-	if err := run(); err != nil { // warm-up, compiles
-		return row{}, err
-	}
-	log.Printf("%s: loop compiled and warmed up in %s", k.name, time.Since(compileStart).Round(time.Millisecond))
-	times, err := repeat(5, run)
+	log.Printf("%s: loop compiled and warmed up in %s", k.name, (built + first).Round(time.Millisecond))
 	r := summarize(k.name+", in a device loop", 1, times, float64(n))
 	r.Note = fmt.Sprintf("%d steps per execution, context %d", n, *context_)
-	return r, err
+	return r, nil
 }
 
 // timeSingleStep runs one step per execution, reading its tokens back each time.
@@ -130,19 +133,13 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	args, free, err := k.inputs(m)
+	_, times, err := k.time(m, p, *iters)
 	if err != nil {
 		return row{}, err
 	}
-	defer free()
-	run := func() error { return runAndWait(p, args...) }
-	if err := run(); err != nil {
-		return row{}, err
-	}
-	times, err := repeat(*iters, run)
 	r := summarize(k.name+", one execution each", 1, times, 1)
 	r.Note = "includes a host read; the cache is copied when written"
-	return r, err
+	return r, nil
 }
 
 // benchPrefill times the prefill of 512 and 2048 prompt tokens (one execution each,
