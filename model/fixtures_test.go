@@ -2,7 +2,6 @@ package model
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,26 +17,13 @@ import (
 // logitTolerance bounds max |Δ| / max |reference| for float32 compute on bf16 weights.
 const logitTolerance = 1e-4
 
-type logitCase struct {
-	InputIDs  []int  `json:"input_ids"`
-	BlockSize int    `json:"block_size"`
-	Logits    string `json:"logits"`
-}
-
 // logitCases reads a fixture model's logit cases and opens their reference logits.
-func logitCases(t *testing.T, dir string) ([]logitCase, safetensors.Checkpoint) {
+func logitCases(t *testing.T, dir string) ([]fixtures.LogitCase, safetensors.Checkpoint) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	require.NoError(t, err)
-	var ref struct {
-		LogitCases []logitCase `json:"logit_cases"`
-	}
-	require.NoError(t, json.Unmarshal(data, &ref))
-	require.NotEmpty(t, ref.LogitCases)
 	logits, err := safetensors.Open(filepath.Join(dir, "reference_logits.safetensors"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = logits.Close() })
-	return ref.LogitCases, logits
+	return fixtures.LogitCases(t, dir), logits
 }
 
 // readReferenceLogits returns a [len, vocab] reference tensor as rows.

@@ -54,7 +54,7 @@ func calibrateFixture(t *testing.T, dense *model.Model) *Calibration {
 func TestFixtureAccuracy(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			cases := readLogitCases(t, dir)
+			cases := fixtures.LogitCases(t, dir)
 			dense := loadDense(t, dir)
 			ref := allLogits(t, dense, cases)
 			cal := calibrateFixture(t, dense)

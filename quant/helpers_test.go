@@ -1,39 +1,18 @@
 package quant
 
 import (
-	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/stretchr/testify/require"
 
+	"github.com/blockdiff/blockdiff/internal/fixtures"
 	"github.com/blockdiff/blockdiff/model"
 )
 
-// logitCase is one entry of a fixture's reference.json logit_cases.
-type logitCase struct {
-	InputIDs  []int `json:"input_ids"`
-	BlockSize int   `json:"block_size"`
-}
-
-// readLogitCases reads the logit cases of a fixture model folder.
-func readLogitCases(t *testing.T, dir string) []logitCase {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	require.NoError(t, err)
-	var ref struct {
-		LogitCases []logitCase `json:"logit_cases"`
-	}
-	require.NoError(t, json.Unmarshal(data, &ref))
-	require.NotEmpty(t, ref.LogitCases)
-	return ref.LogitCases
-}
-
 // allLogits returns the logit rows of every case, concatenated.
-func allLogits(t *testing.T, m *model.Model, cases []logitCase) [][]float32 {
+func allLogits(t *testing.T, m *model.Model, cases []fixtures.LogitCase) [][]float32 {
 	t.Helper()
 	var rows [][]float32
 	for _, c := range cases {

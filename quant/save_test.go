@@ -20,7 +20,7 @@ import (
 func TestSaveRoundTrip(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			cases := readLogitCases(t, dir)
+			cases := fixtures.LogitCases(t, dir)
 			cal := calibrateFixture(t, loadDense(t, dir))
 			for _, opts := range []Options{
 				{Calibration: cal},
@@ -118,7 +118,7 @@ func checkSavedLayout(t *testing.T, dir string, m *model.Model, opts Options) {
 func TestQuantizeModelMatchesLoad(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			cases := readLogitCases(t, dir)
+			cases := fixtures.LogitCases(t, dir)
 			cal := calibrateFixture(t, loadDense(t, dir))
 			for _, opts := range []Options{{Calibration: cal}, {Strategy: StrategyTensor}} {
 				loaded := loadFP8(t, dir, opts)
