@@ -160,3 +160,14 @@ func fileExists(path string) bool {
 func RunsLoopsOnDevice(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
+
+// MinWindow is the fewest positions a decoding forward should run on b. XLA's GPU
+// GEMMs with one row are slower than with four (BENCHMARKS.md: an autoregressive step
+// padded to 4 rows took 2.65 ms on the H200, unpadded 3.34 ms), so one-token steps pad
+// there; the Go backend computes every row it is given, so it pads nothing.
+func MinWindow(b compute.Backend) int {
+	if RunsLoopsOnDevice(b) {
+		return 4
+	}
+	return 1
+}

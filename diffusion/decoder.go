@@ -57,6 +57,9 @@ func New(m *model.Model, cfg Config) (*Decoder, error) {
 	if cfg.Mode == Fused {
 		window = 2 * block
 	}
+	// Padding positions past the block only compute discarded rows: block-causal
+	// attention hides later blocks, and only the block's own positions are written.
+	window = max(window, backend.MinWindow(m.Backend()))
 	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
 		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1,
 		blocksPerReadback: cfg.BlocksPerReadback}
@@ -399,7 +402,7 @@ func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild)
 		scalar(dtypes.Int32), shapes.Make(dtypes.Int32, maxStops), scalar(dtypes.Int32),
 		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32),
 	}, inputs...)
-	key = fmt.Sprintf("diffusion/%s/%d/%t/%t/%t/%s", l.mode, l.block, l.sampling, l.topK, l.topP, key)
+	key = fmt.Sprintf("diffusion/%s/%d/%d/%t/%t/%t/%s", l.mode, l.block, l.window, l.sampling, l.topK, l.topP, key)
 	return d.m.CachedProgram(key, all, func(w *model.Weights, in []*Node) []*Node {
 		return build(w, paramsFrom(in[:10]), in[10:])
 	})

@@ -16,7 +16,7 @@ type loop struct {
 	m                 *model.Model
 	mode              Mode
 	block             int  // B
-	window            int  // positions per forward: B, or 2B in fused mode
+	window            int  // positions per forward: B, or 2B in fused mode; at least backend.MinWindow
 	mask              int  // MASK token id
 	sampling          bool // candidates are sampled rather than greedy
 	topK, topP        bool // sampling filters in use
