@@ -235,8 +235,16 @@ GEMV_TUNE_S = 30.0  # --gemv-tune stops trying configs after this many seconds
 #   rmsnorm     out = RMSNorm(h) @ W^T        h: the float32 residual stream
 #   add         h += x @ W^T                  (o-proj; x: attention output)
 #   swiglu_add  h += (silu(g) * u) @ W^T      (down; [g | u] = the gate/up output)
+#   combine_add h += combine(partials) @ W^T  (o-proj of the AR batch-1 step: x is the
+#               decode attention's output, merged from its split partials on the fly)
 GEMV_ROLES = {"qkv": "rmsnorm", "o": "add", "gate_up": "rmsnorm",
-              "down": "swiglu_add", "head": "rmsnorm"}
+              "down": "swiglu_add", "head": "rmsnorm", "o_comb": "combine_add"}
+
+
+def gemv_applies(role: str, M: int) -> bool:
+    """Whether the role runs at M rows: the combine prologue (o_comb) takes 1 row
+    (AR batch 1); AR at batch > 1 keeps the combine kernel and the plain o GEMV."""
+    return M == 1 or GEMV_ROLES[role] != "combine_add"
 
 
 def gemv_shapes(cfg: ModelConfig) -> dict:
@@ -245,7 +253,8 @@ def gemv_shapes(cfg: ModelConfig) -> dict:
             "o": (cfg.hidden, cfg.heads * cfg.head_dim),
             "gate_up": (2 * cfg.ffn, cfg.hidden),
             "down": (cfg.hidden, cfg.ffn),
-            "head": (cfg.vocab, cfg.hidden)}
+            "head": (cfg.vocab, cfg.hidden),
+            "o_comb": (cfg.hidden, cfg.heads * cfg.head_dim)}
 
 
 @dataclass(frozen=True)
@@ -271,6 +280,8 @@ class GemvConfig:
             return "the FMA path takes exactly 1 row"
         if self.mma and self.block_n < 16:
             return "tl.dot needs BLOCK_N >= 16"
+        if GEMV_ROLES[role] == "combine_add" and (M != 1 or self.mma):
+            return "the combine prologue takes exactly 1 row, FMA path"
         if self.split_k > 1 and GEMV_ROLES[role] == "rmsnorm":
             return "the RMSNorm prologue needs whole rows (split_k 1)"
         if N % self.block_n:
@@ -309,6 +320,11 @@ GEMV_TABLE = {
     ("gate_up", "mma"): GemvConfig(64, 128, 1, 4, 4, True),  # 192 CTAs, 96 KB
     ("down", "mma"): GemvConfig(32, 256, 4, 4, 3, True),     # 256 CTAs, 96 KB
     ("head", "mma"): GemvConfig(64, 128, 1, 4, 4, True),     # 2040 CTAs, 96 KB
+    # o with the combine prologue: every CTA merges the split partials of its K
+    # slice (chunks x 4 B per input, from L2) for its BLOCK_N outputs, so wide
+    # BLOCK_N keeps that re-read small (64: ~0.5 B of partials per weight byte);
+    # one head (128) per K slice, 512 CTAs.
+    ("o_comb", "fma"): GemvConfig(64, 128, 16, 4, 2),
 }
 # Alternatives --gemv-tune also times (fewer/more CTAs, deeper/shallower pipelines).
 GEMV_CANDIDATES = {
@@ -329,9 +345,11 @@ GEMV_CANDIDATES = {
     ("down", "mma"): [GemvConfig(16, 256, 4, 4, 3, True), GemvConfig(32, 128, 4, 4, 4, True),
                       GemvConfig(64, 256, 8, 4, 3, True)],
     ("head", "mma"): [GemvConfig(128, 128, 1, 4, 3, True), GemvConfig(32, 256, 1, 4, 3, True)],
+    ("o_comb", "fma"): [GemvConfig(128, 128, 16, 8, 2), GemvConfig(32, 128, 16, 4, 2),
+                        GemvConfig(64, 256, 8, 8, 2), GemvConfig(128, 256, 8, 8, 2)],
 }
 # Tuning order: the roles that stream the most bytes first, in case time runs out.
-GEMV_TUNE_ORDER = ["gate_up", "down", "head", "qkv", "o"]
+GEMV_TUNE_ORDER = ["gate_up", "down", "head", "o_comb", "qkv", "o"]
 
 
 def gemv_candidates(role: str, M: int) -> list:
@@ -339,7 +357,8 @@ def gemv_candidates(role: str, M: int) -> list:
     1 row the tensor-core path is a candidate too."""
     cls = gemv_class(M)
     out = [GEMV_TABLE[(role, cls)]] + GEMV_CANDIDATES[(role, cls)]
-    return out + ([GEMV_TABLE[(role, "mma")]] if cls == "fma" else [])
+    return out + ([GEMV_TABLE[(role, "mma")]] if cls == "fma" and (role, "mma") in GEMV_TABLE
+                  else [])
 
 
 GEMV_COLS = [("role", "<", 8), ("rows", ">", 4), ("config", "<", 30), ("ctas", ">", 5),
@@ -391,6 +410,12 @@ def decode_attn_batches(plan) -> list:
     decode attention, when its attention is 'gemm'): those checked at start-up."""
     return sorted({s.batch for s, _, tuning in plan
                    if s.kind == "ar" and tuning == "main" and s.batch <= GEMV_MAX_ROWS})
+
+
+def ar_b1_chunks(plan) -> int:
+    """Split-kernel chunks of the planned AR batch-1 step (the o_comb GEMV's partials)."""
+    return max([decode_attn_chunks(s.bucket) for s, _, tuning in plan
+                if s.kind == "ar" and s.batch == 1 and tuning == "main"] or [1])
 
 
 # --------------------------------------------------------------------------
@@ -516,6 +541,11 @@ def parse_args(argv=None):
                    help="RoPE, cache write and attention of the fast AR steps (attention "
                         "'gemm'): one Triton split kernel + a combine, or the torch pieces; "
                         "auto = triton if it passes its start-up self-check")
+    p.add_argument("--pdl", default="auto", choices=["auto", "on", "off"],
+                   help="launch the fast-decode Triton kernels with programmatic dependent "
+                        "launch (each loads its first weight tile while the previous kernel "
+                        "drains); auto = on if the device is sm_90+ and the start-up "
+                        "self-checks pass with it")
     p.add_argument("--gemv-tune", action="store_true",
                    help=f"time a few configs per GEMV shape on the device and keep the "
                         f"fastest (<= {GEMV_TUNE_S:.0f} s more)")
@@ -781,7 +811,8 @@ class Engine:
         head GEMVs apply the RMSNorm themselves. Per layer 9 kernels instead of 12:
         qkv+norm, RoPE, cache write, attention (3, as in forward), o+add,
         gate/up+norm, down+SiLU*mul+add. With dattn (AR steps) the RoPE, cache
-        write and attention are its 2 kernels: 6 per layer."""
+        write and attention are its 2 kernels: 6 per layer; 5 at batch 1, where
+        the o GEMV merges the attention partials itself (dattn.fuse_o)."""
         cfg, w, spec = self.cfg, self.w, st.spec
         B, T = spec.batch, spec.tokens
         assert spec.logits == T, "the fast layer computes logits for every token"
@@ -790,12 +821,18 @@ class Engine:
         for l in range(cfg.layers):
             x = gemv.rmsnorm("qkv", h, w.ln1[l], w.qkv[l])
             cache = self.cache[l, :, :B]
-            if dattn is not None:
-                o = dattn(x, cache, self.cos, self.sin, st)
+            if dattn is not None and dattn.fuse_o and gemv_applies("o_comb", B):
+                # the combine runs in the o GEMV's prologue (batch 1)
+                gemv.combine_add("o_comb", dattn.split(x, cache, self.cos, self.sin, st),
+                                 w.o[l], h)
             else:
-                qkv = kern.rope(x.view(B, T, -1), st.pos, self.cos, self.sin, self.slot_a, self.slot_b)
-                o = self.attend(kern, st, attn, cache, qkv)
-            gemv.add("o", o.reshape(B * T, -1), w.o[l], h)
+                if dattn is not None:
+                    o = dattn(x, cache, self.cos, self.sin, st)
+                else:
+                    qkv = kern.rope(x.view(B, T, -1), st.pos, self.cos, self.sin, self.slot_a,
+                                    self.slot_b)
+                    o = self.attend(kern, st, attn, cache, qkv)
+                gemv.add("o", o.reshape(B * T, -1), w.o[l], h)
             gu = gemv.rmsnorm("gate_up", h, w.ln2[l], w.gate_up[l])
             gemv.swiglu_add("down", gu, w.down[l], h)
         logits = gemv.rmsnorm("head", h, w.ln_f, w.head, torch.float32)
@@ -942,14 +979,59 @@ def check_step(eng: Engine, st: StepState, run, eager_run, starts) -> dict:
 
 if triton is not None:
     @triton.jit
-    def _gemv_core(x_ptr, stride_xm, ln_ptr, w_ptr, M, K, k0, k_len, n0,
+    def _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, ks,
+                PROLOGUE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_C: tl.constexpr):
+        """The bf16 GEMV input x[:, ks] [BLOCK_M, BLOCK_K] of one K tile, and its
+        float32 squares (PROLOGUE 'rmsnorm'; zeros otherwise)."""
+        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+        if PROLOGUE == "rmsnorm":
+            xf = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
+            sq = xf * xf
+            x = (xf * tl.load(ln_ptr + ks).to(tl.float32)[None, :]).to(tl.bfloat16)
+        elif PROLOGUE == "swiglu":
+            g = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
+            u = tl.load(x_rows + K + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
+            x = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
+        elif PROLOGUE == "combine":
+            # 1 row (BLOCK_M 1): x_rows = the partial maxima m, l_ptr the sums l,
+            # acc_ptr the sums of p * v, at (head, chunk) of the split kernel; the
+            # same float32 math as decode_attn_combine_kernel, rounded to bf16 there too.
+            cs = tl.arange(0, BLOCK_C)
+            c_ok = (cs < n_chunks)[:, None]
+            part = (ks // HEAD_DIM)[None, :] * n_chunks + cs[:, None]  # [BLOCK_C, BLOCK_K]
+            mc = tl.load(x_rows + part, mask=c_ok, other=float("-inf"))
+            wc = tl.exp(mc - tl.max(mc, axis=0)[None, :])  # chunk 0 holds the token: finite max
+            lc = tl.sum(wc * tl.load(l_ptr + part, mask=c_ok, other=0.0), axis=0)
+            ac = tl.load(acc_ptr + part * HEAD_DIM + (ks % HEAD_DIM)[None, :], mask=c_ok, other=0.0)
+            x = (tl.sum(wc * ac, axis=0) / lc).to(tl.bfloat16)[None, :]
+        else:
+            x = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
+        return x, sq
+
+    @triton.jit
+    def _gemv_mac(acc, x, w, BLOCK_M: tl.constexpr):
+        if BLOCK_M == 1:
+            acc += w.to(tl.float32) * x.to(tl.float32)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+        return acc
+
+    @triton.jit
+    def _gemv_core(x_ptr, stride_xm, ln_ptr, l_ptr, acc_ptr, n_chunks, w_ptr, M, K, k0, k_len, n0,
                    PROLOGUE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                   BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_C: tl.constexpr, PDL: tl.constexpr):
         """acc [BLOCK_M, BLOCK_N] float32 = prologue(x[:M, k0:k0+k_len]) @ W[n0:n0+BLOCK_N, k0:k0+k_len]^T,
         and the rows' sum of squares of x (PROLOGUE 'rmsnorm'). W is [N, K] row-major.
         PROLOGUE: 'none' (x bf16), 'rmsnorm' (x float32, times the norm weight
         ln; the 1/rms scale is the caller's, after the dot), 'swiglu' (x = [g | u]
-        bf16 rows of 2K, silu(g) * u)."""
+        bf16 rows of 2K, silu(g) * u), 'combine' (x merged from the decode
+        attention's split partials, 1 row; see _gemv_x).
+        PDL (programmatic dependent launch): the CTA loads its first W tile (a
+        constant: nothing in the step writes weights) before griddepcontrol.wait,
+        so the weight stream starts while the previous kernel drains; every
+        activation load comes after the wait (the first loop step is peeled)."""
         offs_m = tl.arange(0, BLOCK_M)
         offs_k = tl.arange(0, BLOCK_K)
         x_rows = x_ptr + offs_m[:, None] * stride_xm
@@ -960,25 +1042,25 @@ if triton is not None:
         else:
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # reduced after the loop
+        k_first = k0
+        if PDL:
+            w = tl.load(w_rows + (k0 + offs_k)[None, :], eviction_policy="evict_first")
+            tl.extra.cuda.gdc_wait()
+            x, sq = _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, k0 + offs_k,
+                            PROLOGUE, BLOCK_M, BLOCK_K, HEAD_DIM, BLOCK_C)
+            acc = _gemv_mac(acc, x, w, BLOCK_M)
+            k_first = k0 + BLOCK_K
         # the explicit num_stages also pipelines the loop without a tl.dot (1 row)
-        for k in tl.range(k0, k0 + k_len, BLOCK_K, num_stages=NUM_STAGES):
+        for k in tl.range(k_first, k0 + k_len, BLOCK_K, num_stages=NUM_STAGES):
             ks = k + offs_k
-            if PROLOGUE == "rmsnorm":
-                xf = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
-                sq += xf * xf
-                x = (xf * tl.load(ln_ptr + ks).to(tl.float32)[None, :]).to(tl.bfloat16)
-            elif PROLOGUE == "swiglu":
-                g = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
-                u = tl.load(x_rows + K + ks[None, :], mask=m_ok, other=0.0).to(tl.float32)
-                x = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
-            else:
-                x = tl.load(x_rows + ks[None, :], mask=m_ok, other=0.0)
+            x, sq_k = _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, ks,
+                              PROLOGUE, BLOCK_M, BLOCK_K, HEAD_DIM, BLOCK_C)
+            sq += sq_k
             # W is read once per step: keep L2 for the activations
             w = tl.load(w_rows + ks[None, :], eviction_policy="evict_first")
-            if BLOCK_M == 1:
-                acc += w.to(tl.float32) * x.to(tl.float32)
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)
+            acc = _gemv_mac(acc, x, w, BLOCK_M)
+        if PDL:  # the main loop is done: the next kernel's CTAs may start loading
+            tl.extra.cuda.gdc_launch_dependents()
         if BLOCK_M == 1:
             acc = tl.sum(acc, axis=1)[None, :]
         return acc, tl.sum(sq, axis=1)
@@ -995,13 +1077,14 @@ if triton is not None:
     @triton.jit
     def gemv_rmsnorm_kernel(h_ptr, ln_ptr, w_ptr, out_ptr, M, N, K, stride_hm, eps,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                            BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                            PDL: tl.constexpr):
         """out [M, N] = RMSNorm(h) @ W^T (qkv, gate/up, head). No split-K: the
         row's 1/rms needs all of K; it is a per-row scale, so it is applied
         after the dot instead of before."""
         n0 = tl.program_id(0) * BLOCK_N
-        acc, sumsq = _gemv_core(h_ptr, stride_hm, ln_ptr, w_ptr, M, K, 0, K, n0, "rmsnorm",
-                                BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        acc, sumsq = _gemv_core(h_ptr, stride_hm, ln_ptr, w_ptr, w_ptr, 1, w_ptr, M, K, 0, K, n0,
+                                "rmsnorm", BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, 1, 1, PDL)
         y = acc * (1.0 / tl.sqrt(sumsq / K + eps))[:, None]
         offs_m = tl.arange(0, BLOCK_M)
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -1011,21 +1094,40 @@ if triton is not None:
     @triton.jit
     def gemv_add_kernel(x_ptr, w_ptr, h_ptr, M, N, K, k_split, stride_xm,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                        BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                        PDL: tl.constexpr):
         """h [M, N] += x @ W^T (o-proj); program_id(1) picks the K slice."""
         n0 = tl.program_id(0) * BLOCK_N
-        acc, _ = _gemv_core(x_ptr, stride_xm, w_ptr, w_ptr, M, K, tl.program_id(1) * k_split,
-                            k_split, n0, "none", BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        acc, _ = _gemv_core(x_ptr, stride_xm, w_ptr, w_ptr, w_ptr, 1, w_ptr, M, K,
+                            tl.program_id(1) * k_split, k_split, n0, "none", BLOCK_M, BLOCK_N,
+                            BLOCK_K, NUM_STAGES, 1, 1, PDL)
         _add_rows(h_ptr, acc, M, N, n0, BLOCK_M, BLOCK_N)
+
+    @triton.jit
+    def gemv_combine_add_kernel(m_ptr, l_ptr, acc_ptr, n_chunks, w_ptr, h_ptr, N, K, k_split,
+                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                NUM_STAGES: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                BLOCK_C: tl.constexpr, PDL: tl.constexpr):
+        """h [1, N] += o @ W^T (o-proj of the AR batch-1 step), where o [1, K] is the
+        decode attention's output, merged per head from the split kernel's
+        partials (m, l, acc at (head, chunk)) in the prologue: the combine kernel
+        folded in. program_id(1) picks the K slice."""
+        n0 = tl.program_id(0) * BLOCK_N
+        acc, _ = _gemv_core(m_ptr, 0, w_ptr, l_ptr, acc_ptr, n_chunks, w_ptr, 1, K,
+                            tl.program_id(1) * k_split, k_split, n0, "combine", 1, BLOCK_N,
+                            BLOCK_K, NUM_STAGES, HEAD_DIM, BLOCK_C, PDL)
+        _add_rows(h_ptr, acc, 1, N, n0, 1, BLOCK_N)
 
     @triton.jit
     def gemv_swiglu_add_kernel(gu_ptr, w_ptr, h_ptr, M, N, K, k_split, stride_gm,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr):
+                               BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+                               PDL: tl.constexpr):
         """h [M, N] += (silu(g) * u) @ W^T (down); gu = [g | u], [M, 2K]."""
         n0 = tl.program_id(0) * BLOCK_N
-        acc, _ = _gemv_core(gu_ptr, stride_gm, w_ptr, w_ptr, M, K, tl.program_id(1) * k_split,
-                            k_split, n0, "swiglu", BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
+        acc, _ = _gemv_core(gu_ptr, stride_gm, w_ptr, w_ptr, w_ptr, 1, w_ptr, M, K,
+                            tl.program_id(1) * k_split, k_split, n0, "swiglu", BLOCK_M, BLOCK_N,
+                            BLOCK_K, NUM_STAGES, 1, 1, PDL)
         _add_rows(h_ptr, acc, M, N, n0, BLOCK_M, BLOCK_N)
 
 
@@ -1055,16 +1157,32 @@ class TorchGemv:
         g, u = gu.float().chunk(2, -1)
         h += self._linear(F.silu(g) * u, w)
 
+    def combine_add(self, role, parts, w, h):
+        """parts = (m, l, acc, chunks) of the decode attention's split kernel."""
+        h += self._linear(combine_partials(parts, h.shape[0]), w)
+
+
+def combine_partials(parts, rows: int):
+    """The decode attention's output [rows, heads * d] bf16 merged from its split
+    partials in torch (decode_attn_combine_kernel's math, float32)."""
+    m, l, acc, n = parts
+    m, l = m.view(-1, n), l.view(-1, n)
+    wc = torch.exp(m - m.amax(-1, keepdim=True))
+    o = (wc.unsqueeze(-1) * acc.view(m.shape[0], n, -1)).sum(1) / (wc * l).sum(-1, keepdim=True)
+    return o.to(torch.bfloat16).view(rows, -1)
+
 
 class TritonGemv:
     """Launches the Triton GEMV kernels with the config of each (role, rows):
     a --gemv-tune result, else GEMV_TABLE by row class."""
     name = "triton"
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, pdl: bool = False, chunks: int = 1):
         self.eps = cfg.eps
         self.shapes = gemv_shapes(cfg)
         self.tuned = {}  # (role, rows) -> GemvConfig
+        self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
+        self.comb = (chunks, cfg.head_dim)  # split partials of o_comb's check and timing
 
     def config(self, role: str, M: int) -> GemvConfig:
         return self.tuned.get((role, M)) or GEMV_TABLE[(role, gemv_class(M))]
@@ -1075,8 +1193,13 @@ class TritonGemv:
         why = c.problem(role, N, K, M)
         if why:
             raise ValueError(f"GEMV {role} {M}x{K}x{N}, {c.short}: {why}")
-        return c, {"BLOCK_M": 16 if c.mma else 1, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k,
-                   "NUM_STAGES": c.stages, "num_warps": c.warps, "num_stages": c.stages}
+        meta = {"BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "NUM_STAGES": c.stages,
+                "PDL": self.pdl, "num_warps": c.warps, "num_stages": c.stages}
+        if GEMV_ROLES[role] != "combine_add":
+            meta["BLOCK_M"] = 16 if c.mma else 1
+        if self.pdl:  # only then: a Triton without the keyword still runs PDL off
+            meta["launch_pdl"] = True
+        return c, meta
 
     def rmsnorm(self, role, h, ln_w, w, out_dtype=None):
         """RMSNorm(h) @ w^T; h float32 [M, K] contiguous, w [N, K] contiguous."""
@@ -1102,20 +1225,45 @@ class TritonGemv:
         gemv_swiglu_add_kernel[(N // c.block_n, c.split_k)](gu, w, h, M, N, K, K // c.split_k,
                                                             gu.stride(0), **meta)
 
+    def combine_add(self, role, parts, w, h):
+        """h += o @ w^T in place, o [1, K] merged from the decode attention's split
+        partials parts = (m, l, acc, chunks) in the GEMV's prologue; h float32 [1, N]."""
+        m, l, acc, n = parts
+        (N, K), M = w.shape, h.shape[0]
+        head_dim = acc.shape[-1]
+        assert M == 1 and m.numel() == K // head_dim * n and acc.is_contiguous()
+        c, meta = self._launch(role, M, N, K)
+        gemv_combine_add_kernel[(N // c.block_n, c.split_k)](
+            m, l, acc, n, w, h, N, K, K // c.split_k, HEAD_DIM=head_dim,
+            BLOCK_C=next_pow2(n), **meta)
+
 
 def role_weights(w: Weights, role: str):
     """(weights, norm weights) that the role's GEMV reads in one step."""
     if role == "head":
         return [w.head], [w.ln_f]
-    ws = getattr(w, role)
+    ws = getattr(w, "o" if role == "o_comb" else role)
     return ws, {"qkv": w.ln1, "gate_up": w.ln2}.get(role, [None] * len(ws))
 
 
-def gemv_inputs(role: str, M: int, W, gen) -> tuple:
-    """Random inputs of the role's op: (h,) for rmsnorm, (x, residual h) for the add ops."""
+def gemv_inputs(role: str, M: int, W, gen, comb=(1, 1)) -> tuple:
+    """Random inputs of the role's op: (h,) for rmsnorm, (x, residual h) for the add ops;
+    for combine_add x is (m, l, acc, chunks), split partials of comb = (chunks, head_dim)
+    whose last chunk is empty (m = -inf, l = 0, acc = 0; as chunks past the token are)."""
     (N, K), dev = W.shape, W.device
     if GEMV_ROLES[role] == "rmsnorm":
         return (torch.randn(M, K, device=dev, generator=gen),)
+    if GEMV_ROLES[role] == "combine_add":
+        n, d = comb
+        R = M * (K // d) * n
+        m = 4 * torch.randn(R, device=dev, generator=gen)
+        l = 1 + 30 * torch.rand(R, device=dev, generator=gen)
+        acc = torch.randn(R, d, device=dev, generator=gen) * l[:, None] / 4
+        if n > 1:
+            m.view(-1, n)[:, -1] = -math.inf
+            l.view(-1, n)[:, -1] = 0.0
+            acc.view(-1, n, d)[:, -1] = 0.0
+        return ((m, l, acc, n), torch.randn(M, N, device=dev, generator=gen))
     width = 2 * K if role == "down" else K
     return (torch.randn(M, width, device=dev, generator=gen).to(torch.bfloat16),
             torch.randn(M, N, device=dev, generator=gen))
@@ -1134,9 +1282,11 @@ def gemv_error(tri, ref, role: str, M: int, w: Weights, gen) -> float:
     """max|triton - torch| / max|torch| of the role's op on layer 0's weights; for
     the add ops, of the increment of the residual. NaN if either is not finite."""
     W, ln = (x[0] for x in role_weights(w, role))
-    inp = gemv_inputs(role, M, W, gen)
-    want = gemv_op(ref, role, W, ln, tuple(t.clone() for t in inp)).float()
-    got = gemv_op(tri, role, W, ln, tuple(t.clone() for t in inp)).float()
+    inp = gemv_inputs(role, M, W, gen, tri.comb)
+    want = gemv_op(ref, role, W, ln, tuple(t.clone() if torch.is_tensor(t) else t
+                                           for t in inp)).float()
+    got = gemv_op(tri, role, W, ln, tuple(t.clone() if torch.is_tensor(t) else t
+                                          for t in inp)).float()
     base = inp[1] if len(inp) == 2 else 0.0
     err = ((got - want).abs().max() / (want - base).abs().max().clamp_min(1e-30)).item()
     return err if math.isfinite(err) else float("nan")
@@ -1145,7 +1295,7 @@ def gemv_error(tri, ref, role: str, M: int, w: Weights, gen) -> float:
 def check_gemv(tri, ref, w: Weights, rows, gen) -> dict:
     """Every role at every row count planned, against the torch reference."""
     errs = {f"{role}_m{M}": gemv_error(tri, ref, role, M, w, gen)
-            for M in rows for role in GEMV_ROLES}
+            for M in rows for role in GEMV_ROLES if gemv_applies(role, M)}
     return {"max_rel": errs, "worst": max(e if e == e else math.inf for e in errs.values()),
             "tol": GEMV_TOL, "ok": all(e <= GEMV_TOL for e in errs.values())}
 
@@ -1169,7 +1319,7 @@ def gemv_row(tri, role: str, M: int, w: Weights, gen, cublas: bool) -> dict:
     ws, lns = role_weights(w, role)
     if role == "head":
         ws, lns = ws * 4, lns * 4
-    inp = gemv_inputs(role, M, ws[0], gen)
+    inp = gemv_inputs(role, M, ws[0], gen, tri.comb)
     N, K = ws[0].shape
     nbytes = ws[0].numel() * ws[0].element_size()
     c = tri.config(role, M)
@@ -1194,6 +1344,8 @@ def tune_gemv(tri, w: Weights, rows, gen, deadline: float, note) -> list:
     ref, out = TorchGemv(tri.eps), []
     for M in rows:
         for role in GEMV_TUNE_ORDER:
+            if not gemv_applies(role, M):
+                continue
             if time.perf_counter() > deadline:
                 note(f"--gemv-tune: {GEMV_TUNE_S:.0f}s spent; {role} at {M} rows "
                      f"and later keep the default configs")
@@ -1240,15 +1392,20 @@ if triton is not None:
                                  m_ptr, l_ptr, acc_ptr, G, n_chunks, stride_xb,
                                  stride_cb, stride_cg, stride_cn, scale,
                                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
-                                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+                                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 PDL: tl.constexpr):
         """Partials of chunk program_id(1) for sequence and KV group program_id(0).
         x: qkv GEMV output [B, G * (GROUP + 2) * HEAD_DIM] bf16 (per group: the q
         heads, k, v); kc / vc: [B, G, max_len, HEAD_DIM] (last stride 1); cos / sin:
         float32 [max_len, HEAD_DIM]. Writes, per query head of the group, m (max
         score), l (sum of e^(s - m)) and acc (sum of e^(s - m) v, [HEAD_DIM]),
-        float32, at index (sequence, group, head, chunk)."""
+        float32, at index (sequence, group, head, chunk). PDL: it reads nothing
+        before griddepcontrol.wait (its inputs are all written by earlier kernels
+        or between replays), and lets the next kernel launch after its math."""
         bg, chunk = tl.program_id(0), tl.program_id(1)
         b, g = bg // G, bg % G
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         pos = tl.load(pos_ptr)
         dims = tl.arange(0, HEAD_DIM)
         heads = tl.arange(0, BLOCK_H)  # the group's query heads, padded for tl.dot
@@ -1287,6 +1444,8 @@ if triton is not None:
         p_new = tl.exp(s_new - m_safe)
         l = tl.sum(p, axis=1) + p_new
         acc = tl.dot(p.to(tl.bfloat16), v) + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         part = (bg * GROUP + heads) * n_chunks + chunk
         tl.store(m_ptr + part, m, mask=h_ok)
         tl.store(l_ptr + part, l, mask=h_ok)
@@ -1294,10 +1453,14 @@ if triton is not None:
 
     @triton.jit
     def decode_attn_combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, n_chunks,
-                                   HEAD_DIM: tl.constexpr, BLOCK_C: tl.constexpr):
+                                   HEAD_DIM: tl.constexpr, BLOCK_C: tl.constexpr,
+                                   PDL: tl.constexpr):
         """out[row] = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c for the query
-        head row = (sequence, head), i.e. out [B, heads * HEAD_DIM], the o GEMV's input."""
+        head row = (sequence, head), i.e. out [B, heads * HEAD_DIM], the o GEMV's input.
+        (At batch 1 the o GEMV does this in its prologue: gemv_combine_add_kernel.)"""
         row = tl.program_id(0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         c = row * n_chunks + tl.arange(0, BLOCK_C)
         c_ok = tl.arange(0, BLOCK_C) < n_chunks
         m = tl.load(m_ptr + c, mask=c_ok, other=float("-inf"))
@@ -1306,20 +1469,30 @@ if triton is not None:
         dims = tl.arange(0, HEAD_DIM)
         acc = tl.load(acc_ptr + c[:, None] * HEAD_DIM + dims[None, :], mask=c_ok[:, None], other=0.0)
         o = tl.sum(w[:, None] * acc, axis=0) / l
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         tl.store(out_ptr + row * HEAD_DIM + dims, o.to(out_ptr.dtype.element_ty))
 
 
 class TritonDecodeAttn:
     """The decode attention of a 1-token step: RoPE, cache write and GQA attention
-    over positions 0..pos in 2 kernels (replaces kern.rope + Engine.attend)."""
+    over positions 0..pos (replaces kern.rope + Engine.attend): the split kernel,
+    then either the combine kernel (__call__) or, at batch 1 with fuse_o, the o
+    GEMV with the combine in its prologue (split, then TritonGemv.combine_add)."""
     name = "triton"
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, pdl: bool = False):
         self.cfg = cfg
+        self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
+        self.fuse_o = False  # set once the fused batch-1 path passed its check
 
-    def __call__(self, x, cache, cos, sin, st: StepState):
+    def _pdl(self) -> dict:
+        return {"PDL": self.pdl, **({"launch_pdl": True} if self.pdl else {})}
+
+    def split(self, x, cache, cos, sin, st: StepState):
         """x: the qkv GEMV output [B, G * (group + 2) * d] bf16; cache: the layer's
-        [2, B, G, max_len, d], written at st.pos; returns [B, heads * d] bf16."""
+        [2, B, G, max_len, d], written at st.pos. Returns the partials (m, l, acc,
+        chunks): float32 [B * heads * chunks] (x d for acc), index (sequence, head, chunk)."""
         cfg = self.cfg
         B, G, grp, d = x.shape[0], cfg.kv_heads, cfg.group, cfg.head_dim
         kc, vc = cache[0], cache[1]
@@ -1328,15 +1501,27 @@ class TritonDecodeAttn:
         m = torch.empty(B * cfg.heads * chunks, device=x.device)
         l = torch.empty_like(m)
         acc = torch.empty(B * cfg.heads * chunks, d, device=x.device)
-        out = torch.empty(B, cfg.heads * d, device=x.device, dtype=torch.bfloat16)
         decode_attn_split_kernel[(B * G, chunks)](
             x, kc, vc, st.pos, cos, sin, m, l, acc, G, chunks, x.stride(0),
             kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
             GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), HEAD_DIM=d,
-            BLOCK_N=DECODE_ATTN_BLOCK_N, num_warps=4)
-        decode_attn_combine_kernel[(B * cfg.heads,)](m, l, acc, out, chunks, HEAD_DIM=d,
-                                                     BLOCK_C=next_pow2(chunks), num_warps=4)
+            BLOCK_N=DECODE_ATTN_BLOCK_N, num_warps=4, **self._pdl())
+        return m, l, acc, chunks
+
+    def combine(self, parts):
+        """The partials merged per head: [B, heads * d] bf16."""
+        m, l, acc, chunks = parts
+        d = self.cfg.head_dim
+        rows = m.numel() // chunks  # B * heads
+        out = torch.empty(rows // self.cfg.heads, self.cfg.heads * d, device=m.device,
+                          dtype=torch.bfloat16)
+        decode_attn_combine_kernel[(rows,)](m, l, acc, out, chunks, HEAD_DIM=d,
+                                            BLOCK_C=next_pow2(chunks), num_warps=4, **self._pdl())
         return out
+
+    def __call__(self, x, cache, cos, sin, st: StepState):
+        """Returns the attention output [B, heads * d] bf16 (split + combine)."""
+        return self.combine(self.split(x, cache, cos, sin, st))
 
 
 def max_rel(got, want) -> float:
@@ -1346,12 +1531,15 @@ def max_rel(got, want) -> float:
 
 
 def check_decode_attn(dattn, eng: Engine, kern: Kernels, batches, max_len: int,
-                      align: int, gen) -> dict:
+                      align: int, gen, gemv=None) -> dict:
     """The decode attention against the torch path it replaces (kern.rope, then
     Engine.attend's cache write and 'gemm' attention) on the real shapes: random
     qkv GEMV outputs and caches, at DECODE_ATTN_CHECK_POS (negative: from the end)
     for each batch. Compares the attention output and the whole cache afterwards
-    (the written k / v, and nothing else written)."""
+    (the written k / v, and nothing else written). With gemv, at batch 1 also the
+    fused path (split kernel, then the o GEMV with the combine prologue, layer 0's
+    o weight) against the torch attention followed by h += o @ W_o^T (TorchGemv):
+    the increment of h, and the cache."""
     cfg, dev = eng.cfg, eng.device
     n_qkv = gemv_shapes(cfg)["qkv"][0]
     errs = {}
@@ -1362,11 +1550,23 @@ def check_decode_attn(dattn, eng: Engine, kern: Kernels, batches, max_len: int,
             want_cache = torch.randn(2, B, cfg.kv_heads, max_len, cfg.head_dim, device=dev,
                                      generator=gen).to(torch.bfloat16)
             got_cache = want_cache.clone()
+            fused = gemv is not None and gemv_applies("o_comb", B)
+            fused_cache = want_cache.clone() if fused else None
             qkv = kern.rope(x.view(B, 1, -1), st.pos, eng.cos, eng.sin, eng.slot_a, eng.slot_b)
             want = eng.attend(kern, st, "gemm", want_cache, qkv).reshape(B, -1)
             got = dattn(x, got_cache, eng.cos, eng.sin, st)
             errs[f"b{B}_pos{p}"] = max_rel(got, want)
             errs[f"b{B}_pos{p}_cache"] = max_rel(got_cache, want_cache)
+            if fused:
+                W_o = eng.w.o[0]
+                h0 = torch.randn(B, W_o.shape[0], device=dev, generator=gen)
+                want_h = h0.clone()
+                TorchGemv(cfg.eps).add("o", want, W_o, want_h)
+                got_h = h0.clone()
+                gemv.combine_add("o_comb", dattn.split(x, fused_cache, eng.cos, eng.sin, st),
+                                 W_o, got_h)
+                errs[f"b{B}_pos{p}_o_fused"] = max_rel(got_h - h0, want_h - h0)
+                errs[f"b{B}_pos{p}_o_fused_cache"] = max_rel(fused_cache, want_cache)
     return {"max_rel": errs, "worst": max(e if e == e else math.inf for e in errs.values()),
             "tol": DECODE_ATTN_TOL, "ok": all(e <= DECODE_ATTN_TOL for e in errs.values())}
 
@@ -1483,6 +1683,7 @@ class Runner:
         self.gemv_report = {"path": "cublas"}
         self.dattn = None  # decode attention of the fast AR steps (None: torch pieces)
         self.dattn_report = {"path": "torch"}
+        self.pdl_report = {"mode": args.pdl, "on": False}
         base = TINY if args.dry else MINICPM5_2B
         self.cfg = ModelConfig(**{**asdict(base), "layers": args.layers or base.layers})
 
@@ -1535,15 +1736,20 @@ class Runner:
             if a.gemv == "triton":
                 self.checks["gemv_kernels"] = {"ok": False, "error": "triton does not import"}
             return
-        tri, t0 = TritonGemv(self.cfg), time.perf_counter()
+        tri, t0 = TritonGemv(self.cfg, self.want_pdl(), ar_b1_chunks(self.plan)), time.perf_counter()
         try:
             if a.gemv_tune:
                 self.gemv_report["tuning"] = tune_gemv(tri, self.weights, rows, self.gen,
                                                        t0 + GEMV_TUNE_S, self.note)
-            chk = check_gemv(tri, TorchGemv(self.cfg.eps), self.weights, rows, self.gen)
-        except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
+        except Exception as e:  # noqa: BLE001 - a compile or launch error: the check decides
             traceback.print_exc()
-            chk = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            self.note(f"--gemv-tune raised {type(e).__name__}: {str(e)[:200]}")
+        chk = self.run_gemv_check(tri)
+        if not chk["ok"] and tri.pdl:
+            self.pdl_failed(f"Triton GEMV self-check with PDL FAILED "
+                            f"({chk.get('error') or chk['max_rel']})", chk)
+            tri.pdl = False
+            chk = self.run_gemv_check(tri)
         self.checks["gemv_kernels"] = chk
         if not chk["ok"]:
             self.note(f"Triton GEMV self-check FAILED ({chk.get('error') or chk['max_rel']}); "
@@ -1551,15 +1757,50 @@ class Runner:
             return
         self.gemv = tri
         self.gemv_report.update(path="triton", rows=rows, tuned=bool(tri.tuned), configs={
-            f"{role}_m{M}": tri.config(role, M).short for M in rows for role in GEMV_ROLES})
+            f"{role}_m{M}": tri.config(role, M).short for M in rows for role in GEMV_ROLES
+            if gemv_applies(role, M)})
         print(f"[gemv] Triton GEMVs at rows {rows}: self-check OK, worst max|d|/max|ref| "
               f"{chk['worst']:.1e} <= {GEMV_TOL:g}; {time.perf_counter() - t0:.1f}s", flush=True)
         try:
             self.gemv_report["table"] = [gemv_row(tri, role, M, self.weights, self.gen, True)
-                                         for M in rows for role in GEMV_ROLES]
+                                         for M in rows for role in GEMV_ROLES
+                                         if gemv_applies(role, M)]
             print(format_gemv_table(self.gemv_report["table"]), flush=True)
         except Exception as e:  # noqa: BLE001 - the table is diagnostic only
             self.note(f"GEMV timing table failed: {e!r:.200}")
+
+    def want_pdl(self) -> bool:
+        """--pdl: whether to try programmatic dependent launch (the self-checks decide)."""
+        a = self.args
+        if a.pdl == "off" or not self.on_cuda or triton is None:
+            return False
+        why = ""
+        if torch.cuda.get_device_capability(self.device)[0] < 9:
+            why = "the device is older than sm_90"
+        elif not hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait"):
+            why = "this Triton has no tl.extra.cuda.gdc_wait"
+        if why:
+            self.pdl_report["why_off"] = why
+            if a.pdl == "on":
+                self.note(f"--pdl on: {why}; launching without PDL")
+                self.checks["pdl"] = {"ok": False, "error": why}
+            return False
+        return True
+
+    def pdl_failed(self, what: str, chk: dict):
+        """A self-check (or capture) with PDL failed: loudly back to plain launches;
+        the failure fails the run, as --decode-attn's does."""
+        self.note(f"{what}; PDL is turned off, the checks rerun without it")
+        self.checks["pdl"] = {"ok": False, "error": what, "check": chk}
+        self.pdl_report.update(on=False, failed=what)
+
+    def run_gemv_check(self, tri) -> dict:
+        try:
+            return check_gemv(tri, TorchGemv(self.cfg.eps), self.weights, gemv_rows(self.plan),
+                              self.gen)
+        except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
+            traceback.print_exc()
+            return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
 
     def setup_decode_attn(self):
         """--decode-attn: the Triton decode attention in the fast AR steps if it
@@ -1575,20 +1816,37 @@ class Runner:
                 if self.on_cuda:
                     self.checks["decode_attn"] = {"ok": False, "error": why}
             return
-        dattn, t0 = TritonDecodeAttn(self.cfg), time.perf_counter()
-        try:
-            chk = check_decode_attn(dattn, self.engine, self.raw, batches, a.max_len,
-                                    a.bucket_align, self.gen)
-        except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
-            traceback.print_exc()
-            chk = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        dattn, t0 = TritonDecodeAttn(self.cfg, self.gemv.pdl), time.perf_counter()
+
+        def check():
+            try:
+                return check_decode_attn(dattn, self.engine, self.raw, batches, a.max_len,
+                                         a.bucket_align, self.gen, self.gemv)
+            except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
+                traceback.print_exc()
+                return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+        chk = check()
+        if not chk["ok"] and dattn.pdl:
+            self.pdl_failed(f"Triton decode attention self-check with PDL FAILED "
+                            f"({chk.get('error') or chk['max_rel']})", chk)
+            dattn.pdl = self.gemv.pdl = False
+            gchk = self.run_gemv_check(self.gemv)
+            self.checks["gemv_kernels"] = gchk
+            if not gchk["ok"]:
+                self.note(f"Triton GEMV self-check without PDL FAILED; cuBLAS from here on")
+                self.gemv, self.gemv_report["path"] = None, "cublas (the Triton check failed)"
+                return
+            chk = check()
         self.checks["decode_attn"] = chk
         if not chk["ok"]:
             self.note(f"Triton decode attention self-check FAILED "
                       f"({chk.get('error') or chk['max_rel']}); the AR steps keep the torch attention")
             return
         self.dattn = dattn
-        self.dattn_report.update(path="triton", batches=batches, block_n=DECODE_ATTN_BLOCK_N)
+        dattn.fuse_o = any(gemv_applies("o_comb", b) for b in batches)
+        self.dattn_report.update(path="triton", batches=batches, block_n=DECODE_ATTN_BLOCK_N,
+                                 o_fused_batches=[b for b in batches if gemv_applies("o_comb", b)])
         print(f"[decode-attn] Triton decode attention at batches {batches}: self-check OK, "
               f"worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g}; "
               f"{time.perf_counter() - t0:.1f}s", flush=True)
@@ -1726,6 +1984,16 @@ class Runner:
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
                 chain = self.mode_chain
+                if gemv is not None and getattr(gemv, "pdl", False):
+                    self.pdl_failed(f"{what} (with PDL)", {"ok": False, "error": what})
+                    gemv.pdl = False
+                    if dattn is not None:
+                        dattn.pdl = False
+                    chk = self.run_gemv_check(gemv)
+                    self.checks["gemv_kernels_no_pdl"] = chk
+                    if chk["ok"]:
+                        continue
+                    self.note("Triton GEMV self-check without PDL FAILED too")
                 if dattn is not None:
                     self.note(f"{what}; the Triton decode attention FAILED, torch attention from here on")
                     self.checks[f"{spec.label}_{attn}_decode_attn"] = {"ok": False, "error": what}
@@ -1755,8 +2023,12 @@ class Runner:
         dpath = dattn.name if dattn is not None else "torch"
         notes = [f"attn={attn}", f"gemv={path}", f"compile={mode}",
                  "graph" if self.on_cuda else "eager-cpu"]
+        pdl = "on" if gemv is not None and getattr(gemv, "pdl", False) else "off"
         if spec.kind == "ar":
-            notes.insert(2, f"dattn={dpath}")
+            fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
+            notes.insert(2, f"dattn={dpath}{'+o' if fused else ''}")
+        if spec.kind == "ar" or gemv is not None:
+            notes.insert(3 if spec.kind == "ar" else 2, f"pdl={pdl}")
         if spec.kind != "prefill":
             notes.append(f"bucket={spec.bucket}")
         if spec.batch == 1 and (spec.kind != "prefill" or spec.tokens <= 512):
@@ -1784,6 +2056,7 @@ class Runner:
             notes.append(f"wts {gbps:.0f} GB/s")
         row = self.row(spec, stats, " ".join(notes), attn, tuning, path)
         row["first_call_s"] = round(t_first, 2)
+        row["pdl"] = pdl
         if spec.kind == "ar":
             row["decode_attn"] = dpath
         self.rows.append(row)
@@ -1854,6 +2127,7 @@ class Runner:
                          + (f" = {100 * g['GBps'] / copy['rw_GBps']:.0f}% of copy" if copy else ""))
         lines.append(self.gemv_summary())
         lines.append(self.dattn_summary())
+        lines.append(self.pdl_summary())
         ar = [r for r in self.rows if r["step"] == "ar" and r["batch"] == 1 and timed(r)]
         if ar:
             best = min(ar, key=lambda r: r["median_ms"])
@@ -1889,11 +2163,23 @@ class Runner:
             line += " (the Triton kernel self-check FAILED)"
         return line
 
+    def pdl_summary(self) -> str:
+        p = self.pdl_report
+        on = self.gemv is not None and getattr(self.gemv, "pdl", False)
+        line = f"programmatic dependent launch of the fast-decode kernels (--pdl {p['mode']}): " + \
+            ("on" if on else "off")
+        if p.get("failed"):
+            line += f" (FAILED with PDL: {p['failed'][:160]})"
+        elif p.get("why_off"):
+            line += f" ({p['why_off']})"
+        return line
+
     def dattn_summary(self) -> str:
         d, chk = self.dattn_report, self.checks.get("decode_attn")
         line = f"decode attention of the fast AR steps (attn=gemm): {d['path']}"
         if d["path"] == "triton":
-            line += (f" (2 kernels per layer, {DECODE_ATTN_BLOCK_N} positions per CTA; "
+            line += (f" (2 kernels per layer, the combine in the o GEMV at batch "
+                     f"{d.get('o_fused_batches')}; {DECODE_ATTN_BLOCK_N} positions per CTA; "
                      f"self-check worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g})")
         elif chk and not chk["ok"]:
             line += " (the Triton decode attention self-check FAILED)"
@@ -1916,6 +2202,8 @@ class Runner:
                "compile_mode": self.mode, "attention_winner": self.winner,
                "anchors": anchors, "results": self.rows, "checks": self.checks,
                "gemv": self.gemv_report, "decode_attn": self.dattn_report,
+               "pdl": {**self.pdl_report, "on": self.gemv is not None
+                       and bool(getattr(self.gemv, "pdl", False))},
                "notes": self.notes, "summary": summary,
                "elapsed_s": round(self.elapsed(), 1),
                "ar_b1_pct_of_copy": self.ar_pct}
