@@ -48,6 +48,9 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
+	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
+		mask.fused = &fusedMasks{window: mask.window, heads: cfg.NumHeads, dtype: compute, causal: win.BlockSize == 1}
+	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {
 			observe(name, x)

@@ -25,6 +25,13 @@ type Model struct {
 	// Dense over Embed.
 	Head Linear
 
+	// PrefillAttention selects how windows that read no cache (prefills, [Model.Logits])
+	// compute attention; the zero value, [PrefillAttentionAuto], uses the backend's
+	// fused attention (cuDNN flash attention on XLA's CUDA backend) for bfloat16 models.
+	// Set it before building programs: cached programs keep the path they were built
+	// with, so a caller switching it must use distinct program keys.
+	PrefillAttention PrefillAttention
+
 	// ropeInvFreq are the rotary inverse frequencies [headDim/2], float32.
 	ropeInvFreq *tensors.Tensor
 

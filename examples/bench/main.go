@@ -45,7 +45,22 @@ var (
 	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")
 	fp8       = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
 	decoder   = flag.String("fp8-decoder", "lut", "in-graph FP8 decoder: lut or bits")
+	prefillAt = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 )
+
+// prefillModes parses -prefill-attention.
+func prefillModes() ([]model.PrefillAttention, error) {
+	all := []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused, model.PrefillAttentionPlain}
+	var modes []model.PrefillAttention
+	for _, name := range strings.Split(*prefillAt, ",") {
+		i := slices.IndexFunc(all, func(p model.PrefillAttention) bool { return p.String() == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown -prefill-attention %q", name)
+		}
+		modes = append(modes, all[i])
+	}
+	return modes, nil
+}
 
 // row is one measurement.
 type row struct {
@@ -67,10 +82,15 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("backend: %s", choice)
+	modes, err := prefillModes()
+	if err != nil {
+		log.Fatal(err)
+	}
 	m, err := loadModel(b)
 	if err != nil {
 		log.Fatal(err)
 	}
+	m.PrefillAttention = modes[0]
 	log.Printf("model: %s, %d layers, %s, weights %.2f GB", m.Config.Architecture, m.Config.NumLayers, m.DType,
 		float64(m.WeightBytes())/1e9)
 

@@ -143,42 +143,59 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 }
 
 // benchPrefill times the prefill of 512 and 2048 prompt tokens (one execution each,
-// block-causal with blocks of 4, keys and values written, logits of the last position).
+// block-causal with blocks of 4, keys and values written, logits of the last position)
+// with each attention path of -prefill-attention.
 func benchPrefill(m *model.Model) []row {
+	modes, err := prefillModes()
+	check(err)
+	defer func(mode model.PrefillAttention) { m.PrefillAttention = mode }(m.PrefillAttention)
 	var rows []row
-	for _, n := range []int{512, 2048} {
-		if n > m.Config.MaxPositionEmbeddings {
-			continue
-		}
-		key := fmt.Sprintf("bench/prefill/%d", n)
-		p, err := m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
-			g := in[0].Graph()
-			cache := &model.CacheNodes{}
-			for range m.Config.NumLayers {
-				cache.K = append(cache.K, Zeros(g, m.CacheShape(1, n)))
-				cache.V = append(cache.V, Zeros(g, m.CacheShape(1, n)))
+	for _, mode := range modes {
+		m.PrefillAttention = mode
+		for _, n := range []int{512, 2048} {
+			if n > m.Config.MaxPositionEmbeddings {
+				continue
 			}
-			win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
-				BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
-			logits, cache := m.Forward(w, win, cache, nil)
-			return append([]*Node{next(logits)}, cache.Nodes()...)
-		})
-		check(err)
-		tokens := make([]int32, n)
-		for i := range tokens {
-			tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
+			rows = append(rows, benchPrefillOnce(m, n, len(modes) > 1))
 		}
-		in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
-		run := func() error { return runAndWait(p, in) }
-		check(run())
-		times, err := repeat(10, run)
-		check(err)
-		r := summarize(fmt.Sprintf("prefill %d tokens", n), 1, times, 1)
-		r.TokPerS = float64(n) / (r.Median / 1e3)
-		r.Note = "one execution, cache written, last logits read"
-		rows = append(rows, r)
 	}
 	return rows
+}
+
+// benchPrefillOnce times the prefill of n tokens with m's PrefillAttention, naming it
+// in the row when named is set.
+func benchPrefillOnce(m *model.Model, n int, named bool) row {
+	key := fmt.Sprintf("bench/prefill/%d/%s", n, m.PrefillAttention)
+	p, err := m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
+		g := in[0].Graph()
+		cache := &model.CacheNodes{}
+		for range m.Config.NumLayers {
+			cache.K = append(cache.K, Zeros(g, m.CacheShape(1, n)))
+			cache.V = append(cache.V, Zeros(g, m.CacheShape(1, n)))
+		}
+		win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
+			BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
+		logits, cache := m.Forward(w, win, cache, nil)
+		return append([]*Node{next(logits)}, cache.Nodes()...)
+	})
+	check(err)
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
+	}
+	in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
+	run := func() error { return runAndWait(p, in) }
+	check(run())
+	times, err := repeat(10, run)
+	check(err)
+	name := fmt.Sprintf("prefill %d tokens", n)
+	if named {
+		name += fmt.Sprintf(" (%s attention)", m.PrefillAttention)
+	}
+	r := summarize(name, 1, times, 1)
+	r.TokPerS = float64(n) / (r.Median / 1e3)
+	r.Note = "one execution, cache written, last logits read"
+	return r
 }
 
 // runAndWait executes p, waits until its first output reaches the host (so the time
