@@ -166,48 +166,48 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	b, w := qkv.Shape().Dimensions[0], qkv.Shape().Dimensions[1]
 	heads, kvHeads, d := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	group := heads / kvHeads
-	q := Reshape(SliceAxis(qkv, -1, AxisRange(0, heads*d)), b, w, heads, d)
-	k := Reshape(SliceAxis(qkv, -1, AxisRange(heads*d, (heads+kvHeads)*d)), b, w, kvHeads, d)
+	// One rotation for the query and key heads together.
+	qk := rope.apply(Reshape(SliceAxis(qkv, -1, AxisRange(0, (heads+kvHeads)*d)), b, w, heads+kvHeads, d))
 	v := Reshape(SliceAxis(qkv, -1, AxisRange((heads+kvHeads)*d, (heads+2*kvHeads)*d)), b, w, kvHeads, d)
-	q, k = rope.apply(q), rope.apply(k)
+	// Query head h uses key/value head h/group, as transformers' repeat_kv: the query
+	// heads grouped under their key/value head, [b, w, kvHeads, group, d]. Window
+	// keys and values stay [b, w, kvHeads, d]: the dots take their batch axes in place
+	// rather than after a transpose.
+	q := Reshape(SliceAxis(qk, 2, AxisRange(0, heads)), b, w, kvHeads, group, d)
+	k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
+
 	scale := 1 / math.Sqrt(float64(d))
 	if mask.fused != nil && mask.cache == nil {
-		if out := fusedAttention(q, k, v, mask.fused, scale); out != nil {
+		if out := fusedAttention(SliceAxis(qk, 2, AxisRange(0, heads)), k, v, mask.fused, scale); out != nil {
 			var newCache *layerKV
 			if cache != nil {
-				kT, vT := TransposeAllAxes(k, 0, 2, 1, 3), TransposeAllAxes(v, 0, 2, 1, 3) // [b, kvHeads, w, d]
-				newCache = &layerKV{k: writeCache(cache.k, kT, win), v: writeCache(cache.v, vT, win)}
+				newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
 			}
 			return Reshape(out, b, w, heads*d), newCache
 		}
 	}
-
-	// Query head h uses key/value head h/group, as transformers' repeat_kv: group the
-	// query heads under their key/value head, [b, kvHeads, w, group, d].
-	q = TransposeAllAxes(Reshape(q, b, w, kvHeads, group, d), 0, 2, 1, 3, 4)
-	k = TransposeAllAxes(k, 0, 2, 1, 3) // [b, kvHeads, w, d]
-	v = TransposeAllAxes(v, 0, 2, 1, 3)
-
-	scores := func(keys *Node) *Node { // [b, kvHeads, w, group, n] float32
-		s := Dot(q, keys).WithOutputDType(dtypes.Float32).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1})
+	// scores of q against keys whose batch axes (b, kvHeads) are keyBatch and whose
+	// head dimension is the last: [b, kvHeads, w, group, n] float32.
+	scores := func(keys *Node, keyBatch []int) *Node {
+		s := Dot(q, keys).WithOutputDType(dtypes.Float32).General([]int{4}, []int{0, 2}, []int{3}, keyBatch)
 		return MulScalar(s, scale)
 	}
 	negInf := Infinity(qkv.Graph(), dtypes.Float32, -1)
-	winScores := scores(k)
+	winScores := scores(k, []int{0, 2})
 	winScores = Where(BroadcastToShape(mask.window, winScores.Shape()), winScores, negInf)
 
 	var newCache *layerKV
 	var out *Node
 	if cache != nil && mask.cache != nil {
-		cacheScores := scores(cache.k)
+		cacheScores := scores(cache.k, []int{0, 1})
 		cacheScores = Where(BroadcastToShape(mask.cache, cacheScores.Shape()), cacheScores, negInf)
 		s := cache.k.Shape().Dimensions[2]
 		probs := Softmax(Concatenate([]*Node{cacheScores, winScores}, -1), -1)
 		probs = ConvertDType(probs, v.DType())
-		out = Add(weighted(SliceAxis(probs, -1, AxisRange(0, s)), cache.v),
-			weighted(SliceAxis(probs, -1, AxisRange(s, s+w)), v))
+		out = Add(weighted(SliceAxis(probs, -1, AxisRange(0, s)), cache.v, 2, []int{0, 1}),
+			weighted(SliceAxis(probs, -1, AxisRange(s, s+w)), v, 1, []int{0, 2}))
 	} else {
-		out = weighted(ConvertDType(Softmax(winScores, -1), v.DType()), v)
+		out = weighted(ConvertDType(Softmax(winScores, -1), v.DType()), v, 1, []int{0, 2})
 	}
 	if cache != nil {
 		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
@@ -248,12 +248,13 @@ func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias())[0]})
 }
 
-// weighted sums values [b, kvHeads, n, d] with probs [b, kvHeads, w, group, n].
-func weighted(probs, values *Node) *Node {
-	return Dot(probs, values).General([]int{4}, []int{0, 1}, []int{2}, []int{0, 1})
+// weighted sums values with probs [b, kvHeads, w, group, n]: values' position axis is
+// pos and its (b, kvHeads) axes are batch. The result is [b, kvHeads, w, group, d].
+func weighted(probs, values *Node, pos int, batch []int) *Node {
+	return Dot(probs, values).General([]int{4}, []int{0, 1}, []int{pos}, batch)
 }
 
-// writeCache adds the first WriteLen keys (or values) x [b, kvHeads, w, d] of each row
+// writeCache adds the first WriteLen keys (or values) x [b, w, kvHeads, d] of each row
 // into its cache [b, kvHeads, s, d] at slots Start+i. Slots past a row's committed
 // length are zero (see [Cache]), so adding writes; positions not written add zero.
 func writeCache(cache, x *Node, win Window) *Node {
@@ -262,17 +263,17 @@ func writeCache(cache, x *Node, win Window) *Node {
 	}
 	g := x.Graph()
 	dims := x.Shape().Dimensions
-	b, kvHeads, w := dims[0], dims[1], dims[2]
+	b, w, kvHeads := dims[0], dims[1], dims[2]
 	s := cache.Shape().Dimensions[2]
 	i := Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)
 	write := LessThan(i, InsertAxes(win.WriteLen, -1)) // [b, w]
-	x = Where(BroadcastToShape(Reshape(write, b, 1, w, 1), x.Shape()), x, ZerosLike(x))
+	x = Where(BroadcastToShape(Reshape(write, b, w, 1, 1), x.Shape()), x, ZerosLike(x))
 	slot := MinScalar(Add(InsertAxes(win.Start, -1), i), float64(s-1)) // [b, w]; clamped slots get zeros
-	shape := shapes.Make(dtypes.Int32, b, kvHeads, w)
+	shape := shapes.Make(dtypes.Int32, b, w, kvHeads)
 	indices := Stack([]*Node{
 		Iota(g, shape, 0),
-		Iota(g, shape, 1),
-		BroadcastToDims(Reshape(slot, b, 1, w), b, kvHeads, w),
+		Iota(g, shape, 2),
+		BroadcastToDims(Reshape(slot, b, w, 1), b, w, kvHeads),
 	}, -1)
 	return ScatterSum(cache, indices, x, false, false)
 }
