@@ -8,7 +8,8 @@
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #
 # Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
-# cost, the padded AR step, XLA flag variants, HLO dumps) and profile. A device call
+# cost, the padded AR step, XLA flag variants, HLO dumps), tiling (XLA's exhaustive GEMM
+# search) and profile. A device call
 # lasts at most 600 s, so the default stops at three.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ fixtures() {
   # float32 without TF32 for the exact fixtures; the bf16 test loads bf16 itself.
   section "fixtures on XLA"
   GOMLX_BACKEND="$XLA_BF16,notf32" timeout 120 .gpu/bin/model.test -test.v \
-    -test.run 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile' >"$OUT/model.log" 2>&1
+    -test.run 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' >"$OUT/model.log" 2>&1
   echo "model: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|bf16:|position' "$OUT/model.log" | head -20
   GOMLX_BACKEND="$XLA_BF16,notf32" timeout 240 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
@@ -47,7 +48,7 @@ bench() {
   # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape).
   section "blockdiff bench"
   GOMLX_BACKEND=$XLA_BF16 timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
-    -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+    -steps denoise,fused,ar,ar-padded -prefill-attention fused,plain -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
   echo "bench: rc=$?"; grep -v '^\(backend\|loaded\)' "$OUT/bench.log" | tail -40
 }
 
@@ -80,6 +81,17 @@ explore() {
   section "XLA dump of the denoise loop"
   XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" denoise
   tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"
+}
+
+tiling() {
+  # XLA's exhaustive GEMM tiling search (backend.NewWithConfig's default) against XLA's
+  # own default autotuning: step times and the loops' compile times.
+  export GOMLX_BACKEND=$XLA_BF16
+  for flags in "--xla_gpu_exhaustive_tiling_search=false" ""; do
+    section "XLA_FLAGS=$flags (empty: blockdiff's default, the exhaustive search)"
+    XLA_FLAGS="$flags" timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 |
+      grep -E 'device loop|loop compiled'
+  done
 }
 
 compare() {

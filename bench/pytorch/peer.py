@@ -241,10 +241,18 @@ GEMV_ROLES = {"qkv": "rmsnorm", "o": "add", "gate_up": "rmsnorm",
               "down": "swiglu_add", "head": "rmsnorm", "o_comb": "combine_add"}
 
 
+# --fold-combine: the o GEMV merges the decode attention's split partials in its
+# prologue (o_comb) instead of a combine kernel. Off by default: on the H200 its
+# best config took 17.1 us (and the planned one ran out of shared memory) against
+# 3.4 us for the o GEMV plus 2.1 us for the combine kernel.
+FOLD_COMBINE = False
+
+
 def gemv_applies(role: str, M: int) -> bool:
     """Whether the role runs at M rows: the combine prologue (o_comb) takes 1 row
-    (AR batch 1); AR at batch > 1 keeps the combine kernel and the plain o GEMV."""
-    return M == 1 or GEMV_ROLES[role] != "combine_add"
+    (AR batch 1) and only with --fold-combine; otherwise the combine kernel and
+    the plain o GEMV run."""
+    return GEMV_ROLES[role] != "combine_add" or (FOLD_COMBINE and M == 1)
 
 
 def gemv_shapes(cfg: ModelConfig) -> dict:
@@ -304,18 +312,19 @@ def gemv_class(M: int) -> str:
 
 
 # The default configs, by role and row class, for an H100/H200 (132 SMs, 228 KB
-# shared memory per SM), chosen by the arithmetic in the comments, not measured:
+# shared memory per SM). The 1-row ones are --gemv-tune's picks on the H200
+# (2026-11-30); the others were chosen by the arithmetic in the comments:
 # enough CTAs to keep >= ~2 per SM resident, >= ~32 KB of W loads in flight per
 # SM (Little's law at ~4 TB/s), 16-byte loads along K, and shared memory per CTA
 # (stages x (W tile + x tile; x is float32 for the norm ops)) small enough that
 # all CTAs of a launch are resident at once (one wave). --gemv-tune measures.
 GEMV_TABLE = {
-    ("qkv", "fma"): GemvConfig(8, 512, 1, 4, 3),        # 320 CTAs, 24 KB smem
-    ("o", "fma"): GemvConfig(8, 512, 2, 4, 3),          # 512 CTAs
-    ("gate_up", "fma"): GemvConfig(16, 256, 1, 4, 4),   # 768 CTAs, 32 KB
-    ("down", "fma"): GemvConfig(8, 512, 4, 4, 3),       # 1024 CTAs
-    ("head", "fma"): GemvConfig(16, 512, 1, 4, 3),      # 8160 CTAs, 48 KB
-    ("qkv", "mma"): GemvConfig(16, 256, 1, 4, 4, True),      # 160 CTAs, 96 KB
+    ("qkv", "fma"): GemvConfig(4, 1024, 1, 4, 2),       # 640 CTAs; 4.9 us
+    ("o", "fma"): GemvConfig(4, 1024, 2, 4, 2),         # 1024 CTAs; 3.4 us
+    ("gate_up", "fma"): GemvConfig(8, 512, 1, 4, 3),    # 1536 CTAs; 15.2 us
+    ("down", "fma"): GemvConfig(8, 1024, 2, 4, 3),      # 512 CTAs; 8.5 us
+    ("head", "fma"): GemvConfig(8, 512, 1, 4, 4),       # 16320 CTAs; 123 us
+    ("qkv", "mma"): GemvConfig(32, 256, 1, 4, 4, True),      # 80 CTAs; 16.7 us tuned
     ("o", "mma"): GemvConfig(32, 256, 4, 4, 3, True),        # 256 CTAs, 72 KB
     ("gate_up", "mma"): GemvConfig(64, 128, 1, 4, 4, True),  # 192 CTAs, 96 KB
     ("down", "mma"): GemvConfig(32, 256, 4, 4, 3, True),     # 256 CTAs, 96 KB
@@ -349,7 +358,7 @@ GEMV_CANDIDATES = {
                         GemvConfig(64, 256, 8, 8, 2), GemvConfig(128, 256, 8, 8, 2)],
 }
 # Tuning order: the roles that stream the most bytes first, in case time runs out.
-GEMV_TUNE_ORDER = ["gate_up", "down", "head", "o_comb", "qkv", "o"]
+GEMV_TUNE_ORDER = ["gate_up", "down", "head", "qkv", "o", "o_comb"]
 
 
 def gemv_candidates(role: str, M: int) -> list:
@@ -541,6 +550,9 @@ def parse_args(argv=None):
                    help="RoPE, cache write and attention of the fast AR steps (attention "
                         "'gemm'): one Triton split kernel + a combine, or the torch pieces; "
                         "auto = triton if it passes its start-up self-check")
+    p.add_argument("--fold-combine", action="store_true",
+                   help="AR batch 1: merge the decode attention's split partials in the o "
+                        "GEMV's prologue instead of a combine kernel (slower on the H200)")
     p.add_argument("--pdl", default="auto", choices=["auto", "on", "off"],
                    help="launch the fast-decode Triton kernels with programmatic dependent "
                         "launch (each loads its first weight tile while the previous kernel "
@@ -2224,6 +2236,8 @@ def main(argv=None) -> int:
     if not args.dry and not torch.cuda.is_available():
         print("no CUDA device: use --dry for the CPU logic test", file=sys.stderr)
         return 2
+    global FOLD_COMBINE
+    FOLD_COMBINE = args.fold_combine
     r = Runner(args)
     print(f"[env] {r.env()} out={args.out}", flush=True)
     with torch.no_grad():
