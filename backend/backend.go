@@ -32,23 +32,6 @@ var cudaPluginRelPath = filepath.Join("jax_plugins", "xla_cuda13", "xla_cuda_plu
 // preallocating device memory made large outputs 2-3x faster to allocate on the H200.
 const xlaCUDAOptions = ",preallocate=true"
 
-// xlaFlagDefaults are XLA flags [NewWithConfig] adds to XLA_FLAGS unless it names them
-// already. XLA's exhaustive GEMM tiling search made the H200 decoding steps 3.6–3.8 %
-// faster than its default autotuning (BENCHMARKS.md).
-var xlaFlagDefaults = []string{"--xla_gpu_exhaustive_tiling_search=true"}
-
-// withDefaultFlags appends to flags each default "--name=value" whose name it lacks.
-func withDefaultFlags(flags string, defaults []string) string {
-	fields := strings.Fields(flags)
-	for _, d := range defaults {
-		name, _, _ := strings.Cut(d, "=")
-		if !slices.ContainsFunc(fields, func(f string) bool { n, _, _ := strings.Cut(f, "="); return n == name }) {
-			fields = append(fields, d)
-		}
-	}
-	return strings.Join(fields, " ")
-}
-
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {
 	// Config is a GoMLX backend configuration string, "<name>:<options>".
@@ -124,7 +107,6 @@ func NewWithConfig(config string) (b compute.Backend, err error) {
 		if os.Getenv("GOPJRT_CUDA_CHECKS") == "" {
 			_ = os.Setenv("GOPJRT_CUDA_CHECKS", "0")
 		}
-		_ = os.Setenv("XLA_FLAGS", withDefaultFlags(os.Getenv("XLA_FLAGS"), xlaFlagDefaults))
 	}
 	return compute.NewWithConfig(config)
 }

@@ -45,11 +45,3 @@ func TestNewWithConfigRejectsUnknownBackends(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestWithDefaultFlags(t *testing.T) {
-	defaults := []string{"--a=true", "--b=1"}
-	require.Equal(t, "--a=true --b=1", withDefaultFlags("", defaults))
-	require.Equal(t, "--x=2 --a=true --b=1", withDefaultFlags(" --x=2 ", defaults))
-	// A flag the caller set keeps the caller's value.
-	require.Equal(t, "--a=false --b=1", withDefaultFlags("--a=false", defaults))
-	require.Equal(t, "--ab=1 --a=true --b=1", withDefaultFlags("--ab=1", defaults))
-}
