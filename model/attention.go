@@ -173,12 +173,13 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	// heads grouped under their key/value head, [b, w, kvHeads, group, d]. Window
 	// keys and values stay [b, w, kvHeads, d]: the dots take their batch axes in place
 	// rather than after a transpose.
-	q := Reshape(SliceAxis(qk, 2, AxisRange(0, heads)), b, w, kvHeads, group, d)
+	qHeads := SliceAxis(qk, 2, AxisRange(0, heads)) // [b, w, heads, d]
+	q := Reshape(qHeads, b, w, kvHeads, group, d)
 	k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
 
 	scale := 1 / math.Sqrt(float64(d))
 	if mask.fused != nil && mask.cache == nil {
-		if out := fusedAttention(SliceAxis(qk, 2, AxisRange(0, heads)), k, v, mask.fused, scale); out != nil {
+		if out := fusedAttention(qHeads, k, v, mask.fused, scale); out != nil {
 			var newCache *layerKV
 			if cache != nil {
 				newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
