@@ -9,7 +9,7 @@
 #
 # Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
 # cost, the padded AR step, XLA flag variants, HLO dumps), tiling (XLA's exhaustive GEMM
-# search) and profile. A device call
+# search), variants (builds of other git refs, see bench/build-gpu.sh) and profile. A device call
 # lasts at most 600 s, so the default stops at three.
 set -u
 cd "$(dirname "$0")/.."
@@ -91,6 +91,23 @@ tiling() {
     section "XLA_FLAGS=$flags"
     XLA_FLAGS="$flags" timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 |
       grep -E 'device loop|loop compiled'
+  done
+}
+
+variants() {
+  # The builds of other git refs (bench/build-gpu.sh with VARIANTS) against this one:
+  # the variants' correctness on XLA, then everyone's steps and batch-64 decoding.
+  export GOMLX_BACKEND=$XLA_BF16
+  for dir in .gpu/bin .gpu/bin/*/; do
+    dir=${dir%/}
+    section "variant ${dir#.gpu/bin}"
+    if [ "$dir" != .gpu/bin ]; then
+      GOMLX_BACKEND="$XLA_BF16,notf32" timeout 100 "$dir/model.test" -test.run 'TestCachedPath|TestFixtureLogits' 2>&1 | tail -1
+      GOMLX_BACKEND="$XLA_BF16,notf32" timeout 150 "$dir/diffusion.test" \
+        -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle' 2>&1 | tail -1
+    fi
+    timeout 120 "$dir/bench" -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 | grep 'device loop'
+    timeout 150 "$dir/bench" -only decode -batches 64 2>&1 | grep -E '^(fused|autoregressive) .* 64 ' 
   done
 }
 
