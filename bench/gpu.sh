@@ -15,7 +15,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-tar xzf .gpu/bin.tgz -C .gpu
+python3 -c 'import tarfile; tarfile.open(".gpu/bin.txz").extractall(".gpu")' # xz may be missing there
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 plugin="$site/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
 export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1 BLOCKDIFF_FIXTURES=$PWD/.gpu/fixtures
