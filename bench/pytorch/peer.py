@@ -394,24 +394,44 @@ def format_gemv_table(rows) -> str:
 
 # Cache positions per CTA of the decode attention's split kernel: at the default
 # context (bucket 528) 17 chunks x 2 KV groups = 34 CTAs of 16 KB of K/V each.
+# The default; --dattn-tune times DECODE_ATTN_CANDIDATES and keeps the fastest
+# that passes the check (TritonDecodeAttn.block_n). Each must be a power of 2
+# >= 16 (tl.dot's minimum: the chunk is the N of q @ K^T and the K of p @ V).
 DECODE_ATTN_BLOCK_N = 32
+DECODE_ATTN_CANDIDATES = (32, 64, 16)  # the default first, in case time runs out
+DATTN_TUNE_S = 20.0  # --dattn-tune stops trying chunk sizes after this many seconds
+# --dattn-tune times the attention of AR batch 1 over at least this many bytes of
+# K/V per graph replay (every layer's cache, and more of the cache's sequences
+# where it has them), 2.5x the H200's 50 MB L2, so that K/V stream from HBM as in a
+# step (where ~100 MB of weights pass through L2 between two layers' attention).
+DATTN_TIME_BYTES = 128 << 20
+# The last-CTA combine (--dattn-combine last-cta): the last split CTA of a
+# (sequence, KV group) merges its GROUP heads' partials in tiles of this many chunks.
+DATTN_LAST_TILE_C = 8
 # Start-up check: max|triton - torch| / max|torch| of the attention output (and of
 # the whole cache after the write). The torch path rounds the scores and the
 # output to bf16 (bmm outputs) where the kernel keeps float32, a few bf16 ulps.
 DECODE_ATTN_TOL = 2e-2
 # Token positions of that check: no cache, short caches where a wrong mask or
-# position shows, the default context, and the last position (most chunks).
-DECODE_ATTN_CHECK_POS = (0, 1, 8, 512, 1000, -1)
+# position shows, chunk edges of every candidate size, the default context, and
+# the last position (most chunks).
+DECODE_ATTN_CHECK_POS = (0, 1, 8, 15, 16, 17, 31, 32, 33, 64, 512, 1000, -1)
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def decode_attn_chunks(bucket: int) -> int:
+def decode_attn_chunks(bucket: int, block_n: int = DECODE_ATTN_BLOCK_N) -> int:
     """Split-kernel chunks (CTAs per sequence and KV group) of an AR step: its cache
     bucket is fixed at capture, the position moves within it between replays."""
-    return -(-bucket // DECODE_ATTN_BLOCK_N)
+    return -(-bucket // block_n)
+
+
+def combine_tile(chunks: int) -> int:
+    """Chunks per loop step of the combine kernel: all of them up to 64 (one step at
+    the default context), in 3 compiled variants."""
+    return max(16, min(64, next_pow2(chunks)))
 
 
 def decode_attn_batches(plan) -> list:
@@ -421,10 +441,27 @@ def decode_attn_batches(plan) -> list:
                    if s.kind == "ar" and tuning == "main" and s.batch <= GEMV_MAX_ROWS})
 
 
-def ar_b1_chunks(plan) -> int:
+def ar_b1_chunks(plan, block_n: int = DECODE_ATTN_BLOCK_N) -> int:
     """Split-kernel chunks of the planned AR batch-1 step (the o_comb GEMV's partials)."""
-    return max([decode_attn_chunks(s.bucket) for s, _, tuning in plan
+    return max([decode_attn_chunks(s.bucket, block_n) for s, _, tuning in plan
                 if s.kind == "ar" and s.batch == 1 and tuning == "main"] or [1])
+
+
+DATTN_COLS = [("block_n", ">", 7), ("combine", "<", 8), ("chunks", ">", 6), ("ctas", ">", 5),
+              ("us", ">", 7), ("max_rel", ">", 8), ("note", "<", 0)]
+
+
+def format_dattn_table(rows) -> str:
+    """--dattn-tune timings: decode attention (split + combine) per layer of AR batch 1."""
+    def cell(v, align, width):
+        if isinstance(v, float):
+            v = "-" if math.isnan(v) else f"{v:.2f}" if v < 100 else f"{v:.1e}"
+        return f"{str(v):{align}{width}}" if width else str(v)
+
+    lines = ["  ".join(cell(name, a, w) for name, a, w in DATTN_COLS)]
+    for r in rows:
+        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in DATTN_COLS))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -550,6 +587,17 @@ def parse_args(argv=None):
                    help="RoPE, cache write and attention of the fast AR steps (attention "
                         "'gemm'): one Triton split kernel + a combine, or the torch pieces; "
                         "auto = triton if it passes its start-up self-check")
+    p.add_argument("--dattn-combine", default="auto", choices=["auto", "kernel", "last-cta"],
+                   help="how the decode attention's split partials are merged (when the o "
+                        "GEMV does not, --fold-combine): a combine kernel, or the last split "
+                        "CTA of each (sequence, KV group) (no extra launch); auto = last-cta "
+                        "if it passes its start-up self-check, else the kernel (with "
+                        "--dattn-tune: the faster of those that pass)")
+    p.add_argument("--dattn-tune", default="auto", choices=["auto", "on", "off"],
+                   help=f"time the decode attention's split-kernel chunk sizes "
+                        f"{DECODE_ATTN_CANDIDATES} (and both combines with --dattn-combine "
+                        f"auto) on the device and keep the fastest that passes the check "
+                        f"(<= ~{DATTN_TUNE_S:.0f} s more); auto = on with --gemv-tune")
     p.add_argument("--fold-combine", action="store_true",
                    help="AR batch 1: merge the decode attention's split partials in the o "
                         "GEMV's prologue instead of a combine kernel (slower on the H200)")
@@ -1400,12 +1448,51 @@ def tune_gemv(tri, w: Weights, rows, gen, deadline: float, note) -> list:
 
 if triton is not None:
     @triton.jit
+    def _decode_attn_merge(m_ptr, l_ptr, acc_ptr, out_ptr, row0, n_rows, n_chunks,
+                           HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr,
+                           TILE_C: tl.constexpr):
+        """out[row] = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c (M: the row's
+        max over chunks) for the query-head rows row0 .. row0 + n_rows - 1 (row =
+        sequence * heads + head; partial (row, c) at row * n_chunks + c), in float32,
+        over tiles of TILE_C chunks with a running max (registers stay bounded at any
+        chunk count). Chunk 0 holds the token itself, so every valid row's max is
+        finite. The partials are loaded with .cg (L2 only, never a stale L1 line):
+        in the last-CTA combine other CTAs of the same grid wrote them."""
+        r = tl.arange(0, BLOCK_R)
+        rows = row0 + r
+        r_ok = r < n_rows
+        cs = tl.arange(0, TILE_C)
+        dims = tl.arange(0, HEAD_DIM)
+        m_run = tl.full([BLOCK_R], float("-inf"), tl.float32)
+        l_run = tl.zeros([BLOCK_R], dtype=tl.float32)
+        o_run = tl.zeros([BLOCK_R, HEAD_DIM], dtype=tl.float32)
+        for c0 in range(0, n_chunks, TILE_C):
+            c = c0 + cs
+            ok = r_ok[:, None] & (c < n_chunks)[None, :]  # [BLOCK_R, TILE_C]
+            part = rows[:, None] * n_chunks + c[None, :]
+            m = tl.load(m_ptr + part, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            l = tl.load(l_ptr + part, mask=ok, other=0.0, cache_modifier=".cg")
+            acc = tl.load(acc_ptr + part[:, :, None] * HEAD_DIM + dims[None, None, :],
+                          mask=ok[:, :, None], other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m_run, tl.max(m, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # padded rows: no NaN
+            alpha = tl.exp(m_run - m_safe)
+            w = tl.exp(m - m_safe[:, None])
+            l_run = l_run * alpha + tl.sum(w * l, axis=1)
+            o_run = o_run * alpha[:, None] + tl.sum(w[:, :, None] * acc, axis=1)
+            m_run = m_new
+        o = o_run / tl.where(l_run == 0.0, 1.0, l_run)[:, None]
+        tl.store(out_ptr + rows[:, None] * HEAD_DIM + dims[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=r_ok[:, None])
+
+    @triton.jit
     def decode_attn_split_kernel(x_ptr, kc_ptr, vc_ptr, pos_ptr, cos_ptr, sin_ptr,
-                                 m_ptr, l_ptr, acc_ptr, G, n_chunks, stride_xb,
-                                 stride_cb, stride_cg, stride_cn, scale,
+                                 m_ptr, l_ptr, acc_ptr, cnt_ptr, out_ptr, G, n_chunks,
+                                 stride_xb, stride_cb, stride_cg, stride_cn, scale,
                                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
-                                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-                                 PDL: tl.constexpr):
+                                 BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                 BLOCK_N: tl.constexpr, LAST_CTA: tl.constexpr,
+                                 TILE_C: tl.constexpr, PDL: tl.constexpr):
         """Partials of chunk program_id(1) for sequence and KV group program_id(0).
         x: qkv GEMV output [B, G * (GROUP + 2) * HEAD_DIM] bf16 (per group: the q
         heads, k, v); kc / vc: [B, G, max_len, HEAD_DIM] (last stride 1); cos / sin:
@@ -1413,7 +1500,11 @@ if triton is not None:
         score), l (sum of e^(s - m)) and acc (sum of e^(s - m) v, [HEAD_DIM]),
         float32, at index (sequence, group, head, chunk). PDL: it reads nothing
         before griddepcontrol.wait (its inputs are all written by earlier kernels
-        or between replays), and lets the next kernel launch after its math."""
+        or between replays), and lets the next kernel launch after its math.
+        LAST_CTA: then counts the (sequence, group)'s finished chunks in cnt_ptr[bg]
+        (int32, 0 between launches); the CTA that finishes last merges the group's
+        partials into out [B, heads * HEAD_DIM] bf16 (no combine kernel) and resets
+        the counter to 0. The counter is read and written after gdc_wait only."""
         bg, chunk = tl.program_id(0), tl.program_id(1)
         b, g = bg // G, bg % G
         if PDL:
@@ -1462,10 +1553,23 @@ if triton is not None:
         tl.store(m_ptr + part, m, mask=h_ok)
         tl.store(l_ptr + part, l, mask=h_ok)
         tl.store(acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=h_ok[:, None])
+        if LAST_CTA:
+            # all threads' partial stores, then one thread's gpu-scope acq_rel atomic
+            # (Triton issues a scalar atomic from one thread and broadcasts the old
+            # value): the barrier orders the stores before it and the release is
+            # cumulative, as in CUDA's threadFenceReduction sample.
+            tl.debug_barrier()
+            done = tl.atomic_add(cnt_ptr + bg, 1, sem="acq_rel")
+            if done == n_chunks - 1:  # every other chunk of (b, g) has released its partials
+                _decode_attn_merge(m_ptr, l_ptr, acc_ptr, out_ptr, bg * GROUP, GROUP, n_chunks,
+                                   HEAD_DIM, BLOCK_G, TILE_C)
+                # nothing else touches it in this launch; the next launch reads it
+                # after its gdc_wait / the kernel boundary
+                tl.store(cnt_ptr + bg, 0)
 
     @triton.jit
     def decode_attn_combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, n_chunks,
-                                   HEAD_DIM: tl.constexpr, BLOCK_C: tl.constexpr,
+                                   HEAD_DIM: tl.constexpr, TILE_C: tl.constexpr,
                                    PDL: tl.constexpr):
         """out[row] = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c for the query
         head row = (sequence, head), i.e. out [B, heads * HEAD_DIM], the o GEMV's input.
@@ -1473,51 +1577,68 @@ if triton is not None:
         row = tl.program_id(0)
         if PDL:
             tl.extra.cuda.gdc_wait()
-        c = row * n_chunks + tl.arange(0, BLOCK_C)
-        c_ok = tl.arange(0, BLOCK_C) < n_chunks
-        m = tl.load(m_ptr + c, mask=c_ok, other=float("-inf"))
-        w = tl.exp(m - tl.max(m, axis=0))  # chunk 0 holds the token itself: max is finite
-        l = tl.sum(w * tl.load(l_ptr + c, mask=c_ok, other=0.0), axis=0)
-        dims = tl.arange(0, HEAD_DIM)
-        acc = tl.load(acc_ptr + c[:, None] * HEAD_DIM + dims[None, :], mask=c_ok[:, None], other=0.0)
-        o = tl.sum(w[:, None] * acc, axis=0) / l
-        if PDL:
+        _decode_attn_merge(m_ptr, l_ptr, acc_ptr, out_ptr, row, 1, n_chunks, HEAD_DIM, 1, TILE_C)
+        if PDL:  # after the stores (the merge's loop holds them); the o GEMV waits anyway
             tl.extra.cuda.gdc_launch_dependents()
-        tl.store(out_ptr + row * HEAD_DIM + dims, o.to(out_ptr.dtype.element_ty))
+
+
+DATTN_COMBINES = ("kernel", "last-cta")
 
 
 class TritonDecodeAttn:
     """The decode attention of a 1-token step: RoPE, cache write and GQA attention
     over positions 0..pos (replaces kern.rope + Engine.attend): the split kernel,
-    then either the combine kernel (__call__) or, at batch 1 with fuse_o, the o
-    GEMV with the combine in its prologue (split, then TritonGemv.combine_add)."""
+    then (__call__) the combine kernel or (combine 'last-cta') the split kernel's
+    last CTA per (sequence, group) merges, or, at batch 1 with fuse_o, the o GEMV
+    with the combine in its prologue (split, then TritonGemv.combine_add).
+    block_n: cache positions per split CTA (DECODE_ATTN_CANDIDATES)."""
     name = "triton"
 
-    def __init__(self, cfg: ModelConfig, pdl: bool = False):
+    def __init__(self, cfg: ModelConfig, pdl: bool = False, device=None, max_batch: int = 64,
+                 block_n: int = DECODE_ATTN_BLOCK_N, combine: str = "kernel"):
         self.cfg = cfg
         self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
         self.fuse_o = False  # set once the fused batch-1 path passed its check
+        self.block_n, self.combine_mode = block_n, combine
+        # last-CTA combine: finished chunks per (sequence, KV group); zero between
+        # launches (the last CTA resets its entry), shared by all layers and steps,
+        # which run one after another on one stream
+        self.counter = torch.zeros(max(max_batch, 1) * cfg.kv_heads, dtype=torch.int32,
+                                   device=device)
+
+    @property
+    def short(self) -> str:
+        return f"n{self.block_n} {self.combine_mode}"
+
+    def set(self, block_n: int, combine: str):
+        assert combine in DATTN_COMBINES and block_n >= 16 and next_pow2(block_n) == block_n
+        self.block_n, self.combine_mode = block_n, combine
+        self.counter.zero_()  # in case a failed launch left counts behind
 
     def _pdl(self) -> dict:
         return {"PDL": self.pdl, **({"launch_pdl": True} if self.pdl else {})}
 
-    def split(self, x, cache, cos, sin, st: StepState):
+    def split(self, x, cache, cos, sin, st: StepState, out=None):
         """x: the qkv GEMV output [B, G * (group + 2) * d] bf16; cache: the layer's
         [2, B, G, max_len, d], written at st.pos. Returns the partials (m, l, acc,
-        chunks): float32 [B * heads * chunks] (x d for acc), index (sequence, head, chunk)."""
+        chunks): float32 [B * heads * chunks] (x d for acc), index (sequence, head, chunk).
+        out: [B, heads * d] bf16: the last CTA of each (sequence, group) also merges
+        them into out (combine 'last-cta')."""
         cfg = self.cfg
         B, G, grp, d = x.shape[0], cfg.kv_heads, cfg.group, cfg.head_dim
         kc, vc = cache[0], cache[1]
         assert x.is_contiguous() and kc.stride(-1) == 1 and cos.is_contiguous()
-        chunks = decode_attn_chunks(st.spec.bucket)
+        assert out is None or (out.is_contiguous() and B * G <= self.counter.numel())
+        chunks = decode_attn_chunks(st.spec.bucket, self.block_n)
         m = torch.empty(B * cfg.heads * chunks, device=x.device)
         l = torch.empty_like(m)
         acc = torch.empty(B * cfg.heads * chunks, d, device=x.device)
         decode_attn_split_kernel[(B * G, chunks)](
-            x, kc, vc, st.pos, cos, sin, m, l, acc, G, chunks, x.stride(0),
-            kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
-            GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), HEAD_DIM=d,
-            BLOCK_N=DECODE_ATTN_BLOCK_N, num_warps=4, **self._pdl())
+            x, kc, vc, st.pos, cos, sin, m, l, acc, self.counter, m if out is None else out,
+            G, chunks, x.stride(0), kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
+            GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), BLOCK_G=next_pow2(grp), HEAD_DIM=d,
+            BLOCK_N=self.block_n, LAST_CTA=out is not None, TILE_C=DATTN_LAST_TILE_C,
+            num_warps=4, **self._pdl())
         return m, l, acc, chunks
 
     def combine(self, parts):
@@ -1528,11 +1649,17 @@ class TritonDecodeAttn:
         out = torch.empty(rows // self.cfg.heads, self.cfg.heads * d, device=m.device,
                           dtype=torch.bfloat16)
         decode_attn_combine_kernel[(rows,)](m, l, acc, out, chunks, HEAD_DIM=d,
-                                            BLOCK_C=next_pow2(chunks), num_warps=4, **self._pdl())
+                                            TILE_C=combine_tile(chunks), num_warps=4,
+                                            **self._pdl())
         return out
 
     def __call__(self, x, cache, cos, sin, st: StepState):
         """Returns the attention output [B, heads * d] bf16 (split + combine)."""
+        if self.combine_mode == "last-cta":
+            out = torch.empty(x.shape[0], self.cfg.heads * self.cfg.head_dim, device=x.device,
+                              dtype=torch.bfloat16)
+            self.split(x, cache, cos, sin, st, out)
+            return out
         return self.combine(self.split(x, cache, cos, sin, st))
 
 
@@ -1581,6 +1708,36 @@ def check_decode_attn(dattn, eng: Engine, kern: Kernels, batches, max_len: int,
                 errs[f"b{B}_pos{p}_o_fused_cache"] = max_rel(fused_cache, want_cache)
     return {"max_rel": errs, "worst": max(e if e == e else math.inf for e in errs.values()),
             "tol": DECODE_ATTN_TOL, "ok": all(e <= DECODE_ATTN_TOL for e in errs.values())}
+
+
+def time_decode_attn(dattn, eng: Engine, B: int, context: int, max_len: int, align: int,
+                     gen, reps: int = 20) -> float:
+    """Microseconds per layer of the decode attention (__call__: split + combine, or
+    split with the last-CTA combine) of an AR step at batch B and `context`, in one
+    CUDA graph over every layer's cache, and over further sequences of the cache
+    (where it has them) until >= DATTN_TIME_BYTES of K/V are read per replay: K/V
+    stream from HBM as in a step, not from L2 (one layer's 0.5 MB would stay there).
+    The cache slot at `context` that the calls write is restored afterwards."""
+    cfg, cache = eng.cfg, eng.cache
+    st = StepState(make_spec("ar", B, context, max_len, align), cfg, eng.device, gen)
+    x = torch.randn(B, gemv_shapes(cfg)["qkv"][0], device=eng.device,
+                    generator=gen).to(torch.bfloat16)
+    per_call = 2 * B * cfg.kv_heads * max(context, 1) * cfg.head_dim * cache.element_size()
+    L, slots = cache.shape[0], max(1, cache.shape[2] // B)
+    slots = min(slots, -(-DATTN_TIME_BYTES // (L * per_call)))
+    views = [cache[l, :, j * B:(j + 1) * B] for j in range(slots) for l in range(L)]
+    saved = cache[:, :, :slots * B, :, context].clone()
+
+    def fn():
+        for v in views:
+            dattn(x, v, eng.cos, eng.sin, st)
+    try:
+        g, _ = capture(fn)
+        ms = summarize(time_cuda(g.replay, reps, 3))["median_ms"]
+        del g
+    finally:
+        cache[:, :, :slots * B, :, context].copy_(saved)
+    return ms * 1e3 / len(views)
 
 
 # --------------------------------------------------------------------------
@@ -1728,6 +1885,7 @@ class Runner:
               f"cache {cache.numel() * 2 / 1e9:.2f} GB, {self.elapsed():.1f}s", flush=True)
         self.setup_gemv()
         self.setup_decode_attn()
+        self.gemv_table()
 
     def setup_gemv(self):
         """The GEMV path of the small steps (--gemv): the Triton kernels if they
@@ -1773,6 +1931,13 @@ class Runner:
             if gemv_applies(role, M)})
         print(f"[gemv] Triton GEMVs at rows {rows}: self-check OK, worst max|d|/max|ref| "
               f"{chk['worst']:.1e} <= {GEMV_TOL:g}; {time.perf_counter() - t0:.1f}s", flush=True)
+
+    def gemv_table(self):
+        """The GEMV timing table (after setup_decode_attn: o_comb's partials follow
+        the decode attention's chunk size)."""
+        tri, rows = self.gemv, gemv_rows(self.plan)
+        if not isinstance(tri, TritonGemv):
+            return
         try:
             self.gemv_report["table"] = [gemv_row(tri, role, M, self.weights, self.gen, True)
                                          for M in rows for role in GEMV_ROLES
@@ -1817,7 +1982,11 @@ class Runner:
     def setup_decode_attn(self):
         """--decode-attn: the Triton decode attention in the fast AR steps if it
         passes its start-up check (check_decode_attn) at every planned batch, else
-        the torch pieces. A failed check also fails the run (exit code 1)."""
+        the torch pieces. A failed check also fails the run (exit code 1).
+        --dattn-combine auto checks both combines at the default chunk size and
+        prefers last-cta; a failed last-cta check falls back to the combine kernel
+        (and fails the run). --dattn-tune then times every chunk size x passing
+        combine (time_decode_attn) and keeps the fastest that passes the check."""
         a, batches = self.args, decode_attn_batches(self.plan)
         if a.decode_attn == "torch" or self.gemv is None or not batches:
             return
@@ -1828,20 +1997,26 @@ class Runner:
                 if self.on_cuda:
                     self.checks["decode_attn"] = {"ok": False, "error": why}
             return
-        dattn, t0 = TritonDecodeAttn(self.cfg, self.gemv.pdl), time.perf_counter()
+        dattn, t0 = TritonDecodeAttn(self.cfg, self.gemv.pdl, self.device,
+                                     max(a.batch + [1])), time.perf_counter()
+        modes = ["last-cta", "kernel"] if a.dattn_combine == "auto" else [a.dattn_combine]
 
-        def check():
+        def check(block_n, mode):
             try:
+                dattn.set(block_n, mode)
                 return check_decode_attn(dattn, self.engine, self.raw, batches, a.max_len,
                                          a.bucket_align, self.gen, self.gemv)
             except Exception as e:  # noqa: BLE001 - a compile or launch error: fall back, loudly
                 traceback.print_exc()
                 return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
 
-        chk = check()
-        if not chk["ok"] and dattn.pdl:
+        def why(chk):
+            return chk.get("error") or f"worst {chk['worst']:.1e}: {chk['max_rel']}"
+
+        chks = {m: check(DECODE_ATTN_BLOCK_N, m) for m in modes}
+        if not any(c["ok"] for c in chks.values()) and dattn.pdl:
             self.pdl_failed(f"Triton decode attention self-check with PDL FAILED "
-                            f"({chk.get('error') or chk['max_rel']})", chk)
+                            f"({why(chks[modes[-1]])[:300]})", chks[modes[-1]])
             dattn.pdl = self.gemv.pdl = False
             gchk = self.run_gemv_check(self.gemv)
             self.checks["gemv_kernels"] = gchk
@@ -1849,19 +2024,92 @@ class Runner:
                 self.note(f"Triton GEMV self-check without PDL FAILED; cuBLAS from here on")
                 self.gemv, self.gemv_report["path"] = None, "cublas (the Triton check failed)"
                 return
-            chk = check()
-        self.checks["decode_attn"] = chk
-        if not chk["ok"]:
+            chks = {m: check(DECODE_ATTN_BLOCK_N, m) for m in modes}
+        ok_modes = [m for m in modes if chks[m]["ok"]]
+        self.dattn_report["checks_default_block"] = {m: {"ok": c["ok"], "worst": c.get("worst"),
+                                                         "error": c.get("error")}
+                                                     for m, c in chks.items()}
+        if "last-cta" in modes and not chks["last-cta"]["ok"]:
+            self.checks["decode_attn_last_cta"] = chks["last-cta"]
+            if ok_modes:
+                self.note(f"Triton decode attention with the last-CTA combine: self-check "
+                          f"FAILED ({why(chks['last-cta'])[:300]}); the combine kernel runs")
+        if not ok_modes:
+            self.checks["decode_attn"] = chks[modes[-1]]
             self.note(f"Triton decode attention self-check FAILED "
-                      f"({chk.get('error') or chk['max_rel']}); the AR steps keep the torch attention")
+                      f"({why(chks[modes[-1]])[:300]}); the AR steps keep the torch attention")
             return
+        best = (None, DECODE_ATTN_BLOCK_N, ok_modes[0], chks[ok_modes[0]])  # (us, n, mode, chk)
+        tune = a.dattn_tune == "on" or (a.dattn_tune == "auto" and a.gemv_tune)
+        if tune:
+            best = self.tune_decode_attn(dattn, ok_modes, chks, check, best)
+        _, block_n, mode, chk = best
+        dattn.set(block_n, mode)
+        self.checks["decode_attn"] = chk
         self.dattn = dattn
         dattn.fuse_o = any(gemv_applies("o_comb", b) for b in batches)
-        self.dattn_report.update(path="triton", batches=batches, block_n=DECODE_ATTN_BLOCK_N,
+        self.gemv.comb = (ar_b1_chunks(self.plan, block_n), self.cfg.head_dim)
+        self.dattn_report.update(path="triton", batches=batches, block_n=block_n, combine=mode,
+                                 tuned=tune, chunks_ar_b1=ar_b1_chunks(self.plan, block_n),
                                  o_fused_batches=[b for b in batches if gemv_applies("o_comb", b)])
-        print(f"[decode-attn] Triton decode attention at batches {batches}: self-check OK, "
-              f"worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g}; "
-              f"{time.perf_counter() - t0:.1f}s", flush=True)
+        if best[0] is not None:
+            self.dattn_report["us_per_layer_ar_b1"] = best[0]
+        print(f"[decode-attn] Triton decode attention at batches {batches}: {block_n} positions "
+              f"per CTA, combine {mode}; self-check OK, worst max|d|/max|ref| "
+              f"{chk['worst']:.1e} <= {DECODE_ATTN_TOL:g}; {time.perf_counter() - t0:.1f}s",
+              flush=True)
+
+    def tune_decode_attn(self, dattn, ok_modes, chks, check, best):
+        """--dattn-tune: time (time_decode_attn, AR batch 1 at --context) every chunk
+        size of DECODE_ATTN_CANDIDATES with every combine that passed at the default
+        size, checking each new size first; keep the fastest that passes. Stops
+        starting new candidates after DATTN_TUNE_S. Returns (us, block_n, mode, chk);
+        the timings go to dattn_report['tuning'] (printed like the GEMV table)."""
+        a, rows = self.args, []
+        self.dattn_report["tuning"] = rows
+        deadline = time.perf_counter() + DATTN_TUNE_S
+        ctx = min(a.context, a.max_len - 1)
+        for block_n in DECODE_ATTN_CANDIDATES:
+            for mode in ok_modes:
+                if time.perf_counter() > deadline:
+                    self.note(f"--dattn-tune: {DATTN_TUNE_S:.0f}s spent; chunk size {block_n} "
+                              f"({mode}) and later not tried")
+                    break
+                chunks = decode_attn_chunks(make_spec("ar", 1, ctx, a.max_len,
+                                                      a.bucket_align).bucket, block_n)
+                r = {"block_n": block_n, "combine": mode, "chunks": chunks,
+                     "ctas": chunks * self.cfg.kv_heads, "us": float("nan"), "max_rel": "-",
+                     "note": ""}
+                rows.append(r)
+                chk = chks[mode] if block_n == DECODE_ATTN_BLOCK_N else check(block_n, mode)
+                r["max_rel"] = f"{chk['worst']:.1e}" if "worst" in chk else "-"
+                if not chk["ok"]:
+                    r["note"] = "REJECTED: " + (chk.get("error") or "over tolerance")[:80]
+                    self.note(f"--dattn-tune n{block_n} {mode}: self-check FAILED "
+                              f"({(chk.get('error') or str(chk['max_rel']))[:200]})")
+                    continue
+                try:
+                    dattn.set(block_n, mode)
+                    r["us"] = time_decode_attn(dattn, self.engine, 1, ctx, a.max_len,
+                                               a.bucket_align, self.gen)
+                except Exception as e:  # noqa: BLE001 - e.g. a capture error: not a candidate
+                    traceback.print_exc()
+                    r["note"] = f"timing failed: {type(e).__name__}"
+                    self.note(f"--dattn-tune n{block_n} {mode}: timing raised "
+                              f"{type(e).__name__}: {str(e)[:160]}")
+                    continue
+                if best[0] is None or r["us"] < best[0]:
+                    best = (r["us"], block_n, mode, chk)
+            else:
+                continue
+            break
+        for r in rows:
+            if r["block_n"] == best[1] and r["combine"] == best[2]:
+                r["note"] = (r["note"] + " CHOSEN").strip()
+        print(f"[dattn-tune] chose {best[1]} positions per CTA, combine {best[2]}"
+              + (f": {best[0]:.2f} us per layer" if best[0] is not None else
+                 " (nothing timed; the default)") + "\n" + format_dattn_table(rows), flush=True)
+        return best
 
     def probe_sdpa_gqa(self) -> bool:
         q = torch.randn(1, 4, 2, 8, device=self.device, dtype=torch.bfloat16)
@@ -2006,6 +2254,13 @@ class Runner:
                     if chk["ok"]:
                         continue
                     self.note("Triton GEMV self-check without PDL FAILED too")
+                if dattn is not None and dattn.combine_mode == "last-cta":
+                    self.note(f"{what}; the decode attention's last-CTA combine FAILED, the "
+                              f"combine kernel from here on")
+                    self.checks[f"{spec.label}_{attn}_dattn_last_cta"] = {"ok": False, "error": what}
+                    dattn.set(dattn.block_n, "kernel")
+                    self.dattn_report["combine"] = f"kernel from {spec.label} on (last-cta failed)"
+                    continue
                 if dattn is not None:
                     self.note(f"{what}; the Triton decode attention FAILED, torch attention from here on")
                     self.checks[f"{spec.label}_{attn}_decode_attn"] = {"ok": False, "error": what}
@@ -2038,7 +2293,9 @@ class Runner:
         pdl = "on" if gemv is not None and getattr(gemv, "pdl", False) else "off"
         if spec.kind == "ar":
             fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
-            notes.insert(2, f"dattn={dpath}{'+o' if fused else ''}")
+            dconf = "" if dattn is None else f"/n{dattn.block_n}" + (
+                "+o" if fused else "+last" if dattn.combine_mode == "last-cta" else "")
+            notes.insert(2, f"dattn={dpath}{dconf}")
         if spec.kind == "ar" or gemv is not None:
             notes.insert(3 if spec.kind == "ar" else 2, f"pdl={pdl}")
         if spec.kind != "prefill":
@@ -2071,6 +2328,9 @@ class Runner:
         row["pdl"] = pdl
         if spec.kind == "ar":
             row["decode_attn"] = dpath
+            if dattn is not None:  # the chunk size and combine the step ran with
+                row["dattn_block_n"], row["dattn_combine"] = dattn.block_n, (
+                    "o_gemv" if fused else dattn.combine_mode)
         self.rows.append(row)
         print(f"[step] {label}: median {stats['median_ms']:.3f} ms (p10 {stats['p10_ms']:.3f}, "
               f"p90 {stats['p90_ms']:.3f}); first call {t_first:.1f}s; "
@@ -2190,9 +2450,11 @@ class Runner:
         d, chk = self.dattn_report, self.checks.get("decode_attn")
         line = f"decode attention of the fast AR steps (attn=gemm): {d['path']}"
         if d["path"] == "triton":
-            line += (f" (2 kernels per layer, the combine in the o GEMV at batch "
-                     f"{d.get('o_fused_batches')}; {DECODE_ATTN_BLOCK_N} positions per CTA; "
-                     f"self-check worst max|d|/max|ref| {chk['worst']:.1e} <= {DECODE_ATTN_TOL:g})")
+            line += (f" ({d['block_n']} positions per CTA"
+                     f"{' (--dattn-tune)' if d.get('tuned') else ''}, {d['chunks_ar_b1']} chunks "
+                     f"at AR batch 1; combine {d['combine']}, in the o GEMV at batch "
+                     f"{d.get('o_fused_batches')}; self-check worst max|d|/max|ref| "
+                     f"{chk['worst']:.1e} <= {DECODE_ATTN_TOL:g})")
         elif chk and not chk["ok"]:
             line += " (the Triton decode attention self-check FAILED)"
         return line
@@ -2205,6 +2467,10 @@ class Runner:
                        "alone):\n" + format_gemv_table(g["table"]))
         if g.get("tuning"):
             out.append("--gemv-tune timings:\n" + format_gemv_table(g["tuning"]))
+        if self.dattn_report.get("tuning"):
+            out.append("--dattn-tune: decode attention (split + combine) per layer, AR batch 1 "
+                       f"at context {self.args.context}, over the caches of a step (us):\n"
+                       + format_dattn_table(self.dattn_report["tuning"]))
         return "\n\n".join(out)
 
     def write(self, anchors: dict, summary: list, table: str):
