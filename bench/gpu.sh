@@ -131,6 +131,17 @@ profile() {
   # Per-kernel device times of two layers' denoise steps (ncu, isolated replays), and
   # whether XLA fuses the FP8 weight decoder into the GEMMs (HLO after optimisation).
   export GOMLX_BACKEND=$XLA_BF16
+  section "nsys: kernel summary of the denoise loop (ncu crashed on our process)"
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$nsys" ]; then
+    timeout 200 "$nsys" profile -t cuda -o "$OUT/denoise" --force-overwrite true \
+      .gpu/bin/bench -only steps -steps denoise -iters 20 >"$OUT/nsys.log" 2>&1
+    echo "nsys: rc=$?"
+    timeout 100 "$nsys" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/kernels" "$OUT/denoise.nsys-rep" >>"$OUT/nsys.log" 2>&1
+    head -25 "$OUT"/kernels*.csv 2>/dev/null | cut -c1-160
+  else
+    echo "nsys not found"
+  fi
   section "ncu: kernels of the denoise step, 2 layers"
   timeout 200 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --launch-count 400 \
     .gpu/bin/bench -only steps -steps denoise -layers 2 -iters 2 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
