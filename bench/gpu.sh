@@ -86,14 +86,17 @@ explore() {
 }
 
 tiling() {
-  # XLA's default GEMM autotuning against its exhaustive tiling search: step times and
-  # the loops' compile times.
+  # XLA's default GEMM autotuning against its exhaustive tiling search (faster steps,
+  # 40 s of compiling per step loop), then the exhaustive search with XLA's per-fusion
+  # autotune cache on disk, cold and warm: does a second process compile fast?
   export GOMLX_BACKEND=$XLA_BF16
-  for flags in "" "--xla_gpu_exhaustive_tiling_search=true"; do
+  local cache="--xla_gpu_exhaustive_tiling_search=true --xla_gpu_per_fusion_autotune_cache_dir=$OUT/autotune"
+  for flags in "" "--xla_gpu_exhaustive_tiling_search=true" "$cache" "$cache"; do
     section "XLA_FLAGS=$flags"
     XLA_FLAGS="$flags" timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 |
       grep -E 'device loop|loop compiled'
   done
+  echo "autotune cache: $(ls "$OUT/autotune" 2>/dev/null | wc -l) files"
 }
 
 variants() {
