@@ -80,6 +80,11 @@ explore() {
     section "XLA_FLAGS=$flags"
     XLA_FLAGS="$flags" denoise
   done
+  section "XLA dump of the decoder's loop (fused mode, batch 1): its work outside the layers"
+  XLA_FLAGS="--xla_dump_to=$OUT/xla-dec --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*chunk.*" \
+    timeout 150 .gpu/bin/bench -only decode -batches 1 2>&1 | grep -E '^fused quality, reveal-all'
+  rm -f "$OUT"/xla-dec/*{before,after_spmd,buffer-assignment,live-range,memory-usage}*
+  tar czf "$OUT/xla-dec.tgz" -C "$OUT" xla-dec && rm -rf "$OUT/xla-dec"
   section "XLA dump of the denoise loop"
   XLA_FLAGS="--xla_dump_to=$OUT/xla --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" denoise
   tar czf "$OUT/xla-dump.tgz" -C "$OUT" xla && rm -rf "$OUT/xla"

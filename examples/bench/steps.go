@@ -58,7 +58,11 @@ func benchSteps(m *model.Model) []row {
 func (k stepKind) window(g *Graph, tokens *Node) model.Window {
 	b := tokens.Shape().Dimensions[0]
 	start := Const(g, fill(b, int32(*context_)))
-	return model.Window{Tokens: tokens, Start: start, CacheLen: start, WriteLen: Const(g, fill(b, int32(k.write))), BlockSize: k.block}
+	win := model.Window{Tokens: tokens, Start: start, CacheLen: start, BlockSize: k.block}
+	if k.write > 0 { // A zero WriteLen would still scatter (zeros) into every layer's cache.
+		win.WriteLen = Const(g, fill(b, int32(k.write)))
+	}
+	return win
 }
 
 // time runs p on a zeroed cache: once to warm it up (its first run compiles), then reps
