@@ -7,7 +7,8 @@
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
-#                                      beside this one (~80 s, plus ~200 s per variant)
+#                                      beside this one (~80 s, plus ~200 s per variant;
+#                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
 # Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
 # cost, the padded AR step, XLA flag variants, HLO dumps), tiling (XLA's exhaustive GEMM
@@ -107,8 +108,13 @@ tiling() {
 variants() {
   # The builds of other git refs (bench/build-gpu.sh with VARIANTS) against this one:
   # the variants' correctness on XLA, then everyone's steps and batch-64 decoding.
+  # VARIANTS="ref ..." here picks some of the builds (a device call fits two).
   export GOMLX_BACKEND=$XLA_BF16
-  for dir in .gpu/bin .gpu/bin/*/; do
+  local dirs=(.gpu/bin .gpu/bin/*/)
+  if [ -n "${VARIANTS:-}" ]; then
+    dirs=(.gpu/bin); for ref in $VARIANTS; do dirs+=(".gpu/bin/${ref//\//_}"); done
+  fi
+  for dir in "${dirs[@]}"; do
     dir=${dir%/}
     section "variant ${dir#.gpu/bin}"
     if [ "$dir" != .gpu/bin ]; then
