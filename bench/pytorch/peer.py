@@ -229,7 +229,7 @@ GEMV_MAX_ROWS = 16
 # order of float32 sums and, for bf16 outputs, a rare 1-ulp rounding flip (<= 2^-7
 # of an element); indexing or fusion bugs give O(1).
 GEMV_TOL = 1e-2
-GEMV_TUNE_S = 30.0  # --gemv-tune stops trying configs after this many seconds
+GEMV_TUNE_S = 40.0  # --gemv-tune starts no further (role, rows) after this many seconds
 
 # The fused op of each weight GEMV of a step (y = x @ W^T, W [N, K] row-major):
 #   rmsnorm     out = RMSNorm(h) @ W^T        h: the float32 residual stream
@@ -272,13 +272,17 @@ class GemvConfig:
     split_k > 1 CTAs per output tile add their partial sums atomically, so only
     the ops that accumulate into the float32 residual (add, swiglu_add) split K.
     mma: tensor-core tl.dot with the rows padded to 16 (2-16 rows); else CUDA-core
-    FMAs for exactly 1 row (no padding, the W tile feeds FMAs straight from the load)."""
+    FMAs for exactly 1 row (no padding, the W tile feeds FMAs straight from the load).
+    persistent > 0 (1 row, FMA): gemv_persistent_kernel on min(SMs x persistent,
+    tiles) programs, each looping over tiles (BLOCK_N outputs x one K slice) with
+    the pipeline running across tile boundaries; 0: one CTA per tile."""
     block_n: int
     block_k: int
     split_k: int = 1
     warps: int = 4
     stages: int = 3
     mma: bool = False
+    persistent: int = 0
 
     def problem(self, role: str, N: int, K: int, M: int) -> str:
         """Why this config cannot run the role's [M, K] x [K, N] GEMV ('' if it can)."""
@@ -290,6 +294,8 @@ class GemvConfig:
             return "tl.dot needs BLOCK_N >= 16"
         if GEMV_ROLES[role] == "combine_add" and (M != 1 or self.mma):
             return "the combine prologue takes exactly 1 row, FMA path"
+        if self.persistent < 0 or (self.persistent and (self.mma or M != 1)):
+            return "the persistent kernel takes exactly 1 row, FMA path (persistent >= 1)"
         if self.split_k > 1 and GEMV_ROLES[role] == "rmsnorm":
             return "the RMSNorm prologue needs whole rows (split_k 1)"
         if N % self.block_n:
@@ -298,13 +304,18 @@ class GemvConfig:
             return f"K={K} is not a multiple of split_k*BLOCK_K={self.split_k * self.block_k}"
         return ""
 
-    def ctas(self, N: int) -> int:
+    def tiles(self, N: int) -> int:
         return N // self.block_n * self.split_k
+
+    def ctas(self, N: int, sms: int = 132) -> int:
+        """CTAs launched: one per tile, or (persistent) min(sms x persistent, tiles)."""
+        return min(sms * self.persistent, self.tiles(N)) if self.persistent else self.tiles(N)
 
     @property
     def short(self) -> str:
         return (f"{'mma' if self.mma else 'fma'} n{self.block_n} k{self.block_k} "
-                f"split{self.split_k} w{self.warps} s{self.stages}")
+                f"split{self.split_k} w{self.warps} s{self.stages}"
+                + (f" p{self.persistent}" if self.persistent else ""))
 
 
 def gemv_class(M: int) -> str:
@@ -357,17 +368,41 @@ GEMV_CANDIDATES = {
     ("o_comb", "fma"): [GemvConfig(128, 128, 16, 8, 2), GemvConfig(32, 128, 16, 4, 2),
                         GemvConfig(64, 256, 8, 8, 2), GemvConfig(128, 256, 8, 8, 2)],
 }
+# Persistent 1-row candidates (gemv_persistent_kernel; untested on a GPU so far),
+# timed after the others. Chosen for 132 SMs: tiles per program nearly even
+# (e.g. gate/up n8: 1536 tiles on 264 programs, 5.8 each), >= ~32 KB of W loads
+# in flight per SM ((stages - 1) x W tile x programs per SM), and shared memory
+# (stages x (W tile + x tile)) x programs per SM well under 228 KB.
+GEMV_PERSISTENT_CANDIDATES = {
+    ("qkv", "fma"): [GemvConfig(4, 1024, 1, 4, 4, persistent=2),   # 640 tiles x 2 steps
+                     GemvConfig(2, 1024, 1, 4, 4, persistent=2),   # 1280 x 2
+                     GemvConfig(2, 2048, 1, 4, 3, persistent=2)],  # 1280 x 1
+    ("o", "fma"): [GemvConfig(4, 1024, 2, 4, 4, persistent=2),     # 1024 x 1
+                   GemvConfig(8, 512, 2, 4, 4, persistent=2),      # 512 x 2
+                   GemvConfig(4, 512, 1, 4, 4, persistent=2)],     # 512 x 4
+    ("gate_up", "fma"): [GemvConfig(8, 512, 1, 4, 4, persistent=2),   # 1536 x 4
+                         GemvConfig(8, 1024, 1, 4, 3, persistent=2),  # 1536 x 2
+                         GemvConfig(16, 512, 1, 4, 3, persistent=2)],  # 768 x 4
+    ("down", "fma"): [GemvConfig(8, 1024, 2, 4, 3, persistent=2),   # 512 x 3
+                      GemvConfig(8, 512, 2, 4, 4, persistent=2),    # 512 x 6
+                      GemvConfig(4, 1024, 3, 4, 4, persistent=2)],  # 1536 x 2
+    ("head", "fma"): [GemvConfig(8, 512, 1, 4, 4, persistent=2)],   # 16320 x 4
+    ("o_comb", "fma"): [GemvConfig(64, 128, 16, 4, 2, persistent=2)],
+}
 # Tuning order: the roles that stream the most bytes first, in case time runs out.
 GEMV_TUNE_ORDER = ["gate_up", "down", "head", "qkv", "o", "o_comb"]
 
 
 def gemv_candidates(role: str, M: int) -> list:
     """Configs --gemv-tune times for the role at M rows, the default first; at
-    1 row the tensor-core path is a candidate too."""
+    1 row the tensor-core path and the persistent kernel are candidates too
+    (last). Duplicates are dropped."""
     cls = gemv_class(M)
     out = [GEMV_TABLE[(role, cls)]] + GEMV_CANDIDATES[(role, cls)]
-    return out + ([GEMV_TABLE[(role, "mma")]] if cls == "fma" and (role, "mma") in GEMV_TABLE
-                  else [])
+    if cls == "fma":
+        out += [GEMV_TABLE[(role, "mma")]] if (role, "mma") in GEMV_TABLE else []
+        out += GEMV_PERSISTENT_CANDIDATES.get((role, cls), [])
+    return list(dict.fromkeys(out))
 
 
 GEMV_COLS = [("role", "<", 8), ("rows", ">", 4), ("config", "<", 30), ("ctas", ">", 5),
@@ -1190,6 +1225,91 @@ if triton is not None:
                             BLOCK_K, NUM_STAGES, 1, 1, PDL)
         _add_rows(h_ptr, acc, M, N, n0, BLOCK_M, BLOCK_N)
 
+    # Persistent 1-row variant (GemvConfig.persistent > 0; --gemv-tune candidates).
+    # The small per-layer GEMVs (5-25 MB) lose a few us each to every CTA's load
+    # ramp-up, wave quantisation and the drain of the last CTAs. Here a grid of
+    # about SMs x `persistent` programs loops over the tiles pid, pid + P, ...
+    # (a tile: BLOCK_N outputs over one K slice), in ONE flattened loop over
+    # (tile, K step) pairs, so the software pipeline (tl.range num_stages) keeps
+    # the next tile's W loads in flight while the current tile is reduced and
+    # stored. Explicitly flattened (the older persistent-matmul tutorial's form)
+    # rather than tl.range(flatten=True), so that with PDL the first step can be
+    # peeled: its W load before gdc_wait, as in _gemv_core.
+
+    @triton.jit
+    def _gemv_ptile(t, n_blocks, k_split, BLOCK_N: tl.constexpr):
+        """(n0, k0) of persistent tile t: n-block t % n_blocks of K slice t // n_blocks."""
+        return (t % n_blocks) * BLOCK_N, (t // n_blocks) * k_split
+
+    @triton.jit
+    def _gemv_pend(acc, sq, n0, out_ptr, K, eps, PROLOGUE: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+        """A persistent tile's epilogue: acc [BLOCK_N, BLOCK_K] reduced; 'rmsnorm'
+        stores it times 1/rms (sq: the row's squares over all of K); the other
+        prologues add it atomically into the float32 residual out (split K)."""
+        y = tl.sum(acc, axis=1)[None, :]
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if PROLOGUE == "rmsnorm":
+            y = y * (1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps))[:, None]
+            tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty))
+        else:
+            tl.atomic_add(out_ptr + offs_n[None, :], y, sem="relaxed")
+
+    @triton.jit
+    def gemv_persistent_kernel(x_ptr, ln_ptr, l_ptr, acc_ptr, n_chunks, w_ptr, out_ptr,
+                               K, k_split, eps, n_tiles, n_blocks,
+                               PROLOGUE: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, K_STEPS: tl.constexpr,
+                               NUM_STAGES: tl.constexpr, HEAD_DIM: tl.constexpr,
+                               BLOCK_C: tl.constexpr, PDL: tl.constexpr):
+        """The 1-row GEMVs, persistent: tiles t = pid, pid + P, ... of n_tiles =
+        n_blocks x (K / k_split); K_STEPS = k_split / BLOCK_K steps per tile.
+        PROLOGUE as _gemv_core's (1 row); 'rmsnorm' (k_split = K) stores
+        out [1, N] = RMSNorm(x) @ W^T, the others add x' @ W^T into out = the
+        float32 residual [1, N]. A program with no tile does nothing."""
+        pid = tl.program_id(0)
+        P = tl.num_programs(0)
+        total = (n_tiles - pid + P - 1) // P * K_STEPS  # >= 0: pid < P, n_tiles >= 1
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_n = tl.arange(0, BLOCK_N)
+        x_rows = x_ptr + tl.arange(0, 1)[:, None]
+        m_ok = tl.arange(0, 1)[:, None] < 1
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        sq = tl.zeros([1, BLOCK_K], dtype=tl.float32)
+        i_first = 1 if PDL else 0
+        if PDL:
+            if total > 0:  # step 0 peeled: W (a constant) before the wait, then the rest
+                n0, k0 = _gemv_ptile(pid, n_blocks, k_split, BLOCK_N)
+                w = tl.load(w_ptr + (n0 + offs_n)[:, None] * K + (k0 + offs_k)[None, :],
+                            eviction_policy="evict_first")
+                tl.extra.cuda.gdc_wait()
+                x, sq_k = _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, k0 + offs_k,
+                                  PROLOGUE, 1, BLOCK_K, HEAD_DIM, BLOCK_C)
+                acc += w.to(tl.float32) * x.to(tl.float32)
+                if PROLOGUE == "rmsnorm":
+                    sq += sq_k
+                if K_STEPS == 1:
+                    _gemv_pend(acc, sq, n0, out_ptr, K, eps, PROLOGUE, BLOCK_N)
+                    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+                    sq = tl.zeros([1, BLOCK_K], dtype=tl.float32)
+        for i in tl.range(i_first, total, 1, num_stages=NUM_STAGES):
+            kk = i % K_STEPS
+            n0, k0 = _gemv_ptile(pid + (i // K_STEPS) * P, n_blocks, k_split, BLOCK_N)
+            ks = k0 + kk * BLOCK_K + offs_k
+            x, sq_k = _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, ks,
+                              PROLOGUE, 1, BLOCK_K, HEAD_DIM, BLOCK_C)
+            w = tl.load(w_ptr + (n0 + offs_n)[:, None] * K + ks[None, :],
+                        eviction_policy="evict_first")
+            acc += w.to(tl.float32) * x.to(tl.float32)
+            if PROLOGUE == "rmsnorm":
+                sq += sq_k
+            if kk == K_STEPS - 1:  # the tile's last K step: its epilogue, a fresh tile
+                _gemv_pend(acc, sq, n0, out_ptr, K, eps, PROLOGUE, BLOCK_N)
+                acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+                sq = tl.zeros([1, BLOCK_K], dtype=tl.float32)
+        if PDL:  # the main loop is done: the next kernel's CTAs may start loading
+            tl.extra.cuda.gdc_launch_dependents()
+
 
 class TorchGemv:
     """The fused GEMV ops in plain torch, computing what the kernels compute: the
@@ -1243,6 +1363,10 @@ class TritonGemv:
         self.tuned = {}  # (role, rows) -> GemvConfig
         self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
         self.comb = (chunks, cfg.head_dim)  # split partials of o_comb's check and timing
+        self.sms = 132  # SMs, for the persistent configs' grid (H100/H200 if unknown)
+        if torch.cuda.is_available():
+            self.sms = torch.cuda.get_device_properties(
+                torch.cuda.current_device()).multi_processor_count
 
     def config(self, role: str, M: int) -> GemvConfig:
         return self.tuned.get((role, M)) or GEMV_TABLE[(role, gemv_class(M))]
@@ -1255,7 +1379,7 @@ class TritonGemv:
             raise ValueError(f"GEMV {role} {M}x{K}x{N}, {c.short}: {why}")
         meta = {"BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "NUM_STAGES": c.stages,
                 "PDL": self.pdl, "num_warps": c.warps, "num_stages": c.stages}
-        if GEMV_ROLES[role] != "combine_add":
+        if GEMV_ROLES[role] != "combine_add" and not c.persistent:
             meta["BLOCK_M"] = 16 if c.mma else 1
         if self.pdl:  # only then: a Triton without the keyword still runs PDL off
             meta["launch_pdl"] = True
@@ -1266,15 +1390,30 @@ class TritonGemv:
         (M, K), N = h.shape, w.shape[0]
         c, meta = self._launch(role, M, N, K)
         out = torch.empty(M, N, device=h.device, dtype=out_dtype or torch.bfloat16)
+        if c.persistent:
+            self._persistent(c, meta, "rmsnorm", h, ln_w, w, out, N, K)
+            return out
         gemv_rmsnorm_kernel[(N // c.block_n,)](h, ln_w, w, out, M, N, K, h.stride(0),
                                                 self.eps, **meta)
         return out
+
+    def _persistent(self, c, meta, prologue, x, ln, w, out, N, K, parts=None):
+        """gemv_persistent_kernel (1 row) on min(SMs x c.persistent, tiles) programs;
+        parts = (l, acc, chunks, head_dim) of the combine prologue (x: the maxima m)."""
+        l, acc, n, head_dim = parts or (w, w, 1, 1)
+        tiles = c.tiles(N)
+        gemv_persistent_kernel[(c.ctas(N, self.sms),)](
+            x, ln if ln is not None else w, l, acc, n, w, out, K, K // c.split_k, self.eps,
+            tiles, N // c.block_n, PROLOGUE=prologue, K_STEPS=K // c.split_k // c.block_k,
+            HEAD_DIM=head_dim, BLOCK_C=next_pow2(n), **meta)
 
     def add(self, role, x, w, h):
         """h += x @ w^T in place; x bf16 [M, K] (rows may be strided), h float32 [M, N]."""
         x = x if x.stride(-1) == 1 else x.contiguous()
         (M, K), N = x.shape, w.shape[0]
         c, meta = self._launch(role, M, N, K)
+        if c.persistent:
+            return self._persistent(c, meta, "none", x, None, w, h, N, K)
         gemv_add_kernel[(N // c.block_n, c.split_k)](x, w, h, M, N, K, K // c.split_k,
                                                      x.stride(0), **meta)
 
@@ -1282,6 +1421,8 @@ class TritonGemv:
         """h += (silu(g) * u) @ w^T in place; gu = [g | u] bf16 [M, 2K] contiguous."""
         M, K, N = gu.shape[0], gu.shape[1] // 2, w.shape[0]
         c, meta = self._launch(role, M, N, K)
+        if c.persistent:
+            return self._persistent(c, meta, "swiglu", gu, None, w, h, N, K)
         gemv_swiglu_add_kernel[(N // c.block_n, c.split_k)](gu, w, h, M, N, K, K // c.split_k,
                                                             gu.stride(0), **meta)
 
@@ -1293,6 +1434,9 @@ class TritonGemv:
         head_dim = acc.shape[-1]
         assert M == 1 and m.numel() == K // head_dim * n and acc.is_contiguous()
         c, meta = self._launch(role, M, N, K)
+        if c.persistent:
+            return self._persistent(c, meta, "combine", m, None, w, h, N, K,
+                                    (l, acc, n, head_dim))
         gemv_combine_add_kernel[(N // c.block_n, c.split_k)](
             m, l, acc, n, w, h, N, K, K // c.split_k, HEAD_DIM=head_dim,
             BLOCK_C=next_pow2(n), **meta)
@@ -1384,7 +1528,7 @@ def gemv_row(tri, role: str, M: int, w: Weights, gen, cublas: bool) -> dict:
     nbytes = ws[0].numel() * ws[0].element_size()
     c = tri.config(role, M)
     us = time_gemv(lambda W, ln, x: gemv_op(tri, role, W, ln, x), ws, lns, inp)
-    r = {"role": role, "rows": M, "N": N, "K": K, "config": c.short, "ctas": c.ctas(N),
+    r = {"role": role, "rows": M, "N": N, "K": K, "config": c.short, "ctas": c.ctas(N, tri.sms),
          "triton_us": us, "GBps": nbytes / us / 1e3,
          "cublas_us": float("nan"), "cublas_GBps": float("nan"), "note": ""}
     if cublas:
