@@ -105,6 +105,15 @@ func TestFixtureDecode(t *testing.T) {
 						prefillOnly = 1
 					}
 					require.Equal(t, c.ReferenceForwards+prefillOnly, refRes.Stats.Forwards, "reference forwards")
+					if c.BlockSize < 4 { // the window padded as on accelerators (backend.MinWindow)
+						d, err := New(m, c.config(Reference))
+						require.NoError(t, err)
+						d.loop.window = 4
+						padded, err := d.Generate(context.Background(), c.Prompt)
+						require.NoError(t, err)
+						require.Equal(t, refRes.Tokens, padded.Tokens, "reference tokens, padded window")
+						require.Equal(t, refRes.Steps, padded.Steps, "reference steps, padded window")
+					}
 
 					// Several blocks per readback: on XLA one While then crosses block boundaries.
 					fusedCfg := c.config(Fused)
