@@ -36,7 +36,7 @@ var (
 	preset      = flag.String("preset", "quality", "decoding preset: quality (threshold 0.9, 1 reveal) or speed (0.7, 2)")
 	mode        = flag.String("mode", "fused", "fused, reference or autoregressive")
 	blockSize   = flag.Int("block", 0, "block size (default: the preset's, 4)")
-	threshold   = flag.Float64("threshold", -1, "reveal threshold (default: the preset's)")
+	threshold   = flag.Float64("threshold", -1, "reveal threshold in (0, 1]; -1: the preset's")
 	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step (default: the preset's)")
 	maxTokens   = flag.Int("max-tokens", 128, "maximum new tokens")
 	temperature = flag.Float64("temperature", 0, "sampling temperature (0: greedy)")
