@@ -3,7 +3,8 @@
 # figures can be compared within a run. Run bench/build-gpu.sh first, then on the
 # device (carrying .gpu; logs and tables go to $OUT):
 #
-#   bash bench/gpu.sh                  peer, bench, fixtures (~520 s on the H200)
+#   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
+#   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
@@ -13,7 +14,7 @@
 # Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
 # cost, the padded AR step, XLA flag variants, HLO dumps), tiling (XLA's exhaustive GEMM
 # search), variants (builds of other git refs, see bench/build-gpu.sh) and profile. A device call
-# lasts at most 600 s, so the default stops at three.
+# lasts at most 600 s, so the default stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -25,7 +26,7 @@ export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1 BLOCKDIFF_FIXTURES=$PWD/.gpu
 XLA_BF16="xla:$plugin,preallocate=true"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(peer bench fixtures)
+[ ${#sections[@]} -eq 0 ] && sections=(peer bench)
 
 section() { echo; echo "=== $* ($(date +%T))"; }
 
