@@ -44,4 +44,3 @@ func TestNewWithConfigRejectsUnknownBackends(t *testing.T) {
 	_, err := NewWithConfig("nonesuch")
 	require.Error(t, err)
 }
-

@@ -106,11 +106,7 @@ func TestFixtureDecode(t *testing.T) {
 					}
 					require.Equal(t, c.ReferenceForwards+prefillOnly, refRes.Stats.Forwards, "reference forwards")
 					if c.BlockSize < 4 { // the window padded as on accelerators (backend.MinWindow)
-						d, err := New(m, c.config(Reference))
-						require.NoError(t, err)
-						d.loop.window = 4
-						padded, err := d.Generate(context.Background(), c.Prompt)
-						require.NoError(t, err)
+						padded := generateWindow(t, m, c.config(Reference), c.Prompt, 4)
 						require.Equal(t, refRes.Tokens, padded.Tokens, "reference tokens, padded window")
 						require.Equal(t, refRes.Steps, padded.Steps, "reference steps, padded window")
 					}
@@ -147,11 +143,7 @@ func TestFixtureAutoregressive(t *testing.T) {
 					// One-token windows, and windows padded as on accelerators
 					// (backend.MinWindow), whatever this backend pads.
 					for _, window := range []int{1, 4} {
-						d, err := New(m, cfg)
-						require.NoError(t, err)
-						d.loop.window = window
-						res, err := d.Generate(context.Background(), c.Prompt)
-						require.NoError(t, err)
+						res := generateWindow(t, m, cfg, c.Prompt, window)
 						require.Equal(t, c.Tokens, res.Tokens, "window %d", window)
 					}
 				})
@@ -164,6 +156,18 @@ func generate(t *testing.T, m *model.Model, cfg Config, prompt []int) *Result {
 	t.Helper()
 	d, err := New(m, cfg)
 	require.NoError(t, err)
+	res, err := d.Generate(context.Background(), prompt)
+	require.NoError(t, err)
+	return res
+}
+
+// generateWindow is generate with the decoder's forward window forced to width
+// positions, as backend.MinWindow pads it on accelerators.
+func generateWindow(t *testing.T, m *model.Model, cfg Config, prompt []int, width int) *Result {
+	t.Helper()
+	d, err := New(m, cfg)
+	require.NoError(t, err)
+	d.loop.window = width
 	res, err := d.Generate(context.Background(), prompt)
 	require.NoError(t, err)
 	return res
