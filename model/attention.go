@@ -98,14 +98,16 @@ type masks struct {
 // fusedMasks are the block-causal mask in the forms the fused op takes, built once per
 // forward and shared by the layers.
 type fusedMasks struct {
-	window *Node // [b, 1, w, 1, w] bool
-	heads  int
-	dtype  dtypes.DType
+	mask *Node // [b, w, w] bool: query sees key
 	// causal: BlockSize 1, where the block-causal mask is the op's own causal mask.
 	causal bool
-	// mask [b, w, w] bool and bias [b, heads, w, w] in the compute dtype (0 where
-	// visible, fusedMaskedBias elsewhere), built on first use.
-	mask, bias *Node
+	bias   *Node // mask as an additive bias, built on first use
+}
+
+// newFusedMasks takes the window mask [b, 1, w, 1, w] of [attentionMask].
+func newFusedMasks(window *Node, causal bool) *fusedMasks {
+	dims := window.Shape().Dimensions
+	return &fusedMasks{mask: Reshape(window, dims[0], dims[2], dims[4]), causal: causal}
 }
 
 // fusedMaskedBias is the additive bias of hidden keys on the fused path: finite (no
@@ -113,25 +115,16 @@ type fusedMasks struct {
 // bfloat16 and float32.
 const fusedMaskedBias = -1e30
 
-// boolMask returns the block-causal mask [b, w, w] (query, key), broadcast over heads.
-func (f *fusedMasks) boolMask() *Node {
-	if f.mask == nil {
-		dims := f.window.Shape().Dimensions
-		f.mask = Reshape(f.window, dims[0], dims[2], dims[4])
-	}
-	return f.mask
-}
-
-// additiveBias returns the mask as an additive bias [b, heads, w, w] in the compute
-// dtype: XLA's cuDNN lowering takes exactly this shape and dtype, no broadcasting.
-func (f *fusedMasks) additiveBias() *Node {
+// additiveBias returns the mask as an additive bias [b, heads, w, w] in dtype (0 where
+// visible, fusedMaskedBias elsewhere): XLA's cuDNN lowering takes exactly the query's
+// shape and dtype, no broadcasting.
+func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
 	if f.bias == nil {
-		m := f.boolMask()
-		g := m.Graph()
-		zero, hidden := shapes.CastAsDType(0, f.dtype), shapes.CastAsDType(fusedMaskedBias, f.dtype)
-		bias := Where(m, Const(g, zero), Const(g, hidden)) // Const, not Scalar: see [Weights.While]
-		dims := m.Shape().Dimensions
-		f.bias = BroadcastToDims(InsertAxes(bias, 1), dims[0], f.heads, dims[1], dims[2])
+		g := f.mask.Graph()
+		zero, hidden := shapes.CastAsDType(0, dtype), shapes.CastAsDType(fusedMaskedBias, dtype)
+		bias := Where(f.mask, Const(g, zero), Const(g, hidden)) // Const, not Scalar: see [Weights.While]
+		dims := f.mask.Shape().Dimensions
+		f.bias = BroadcastToDims(InsertAxes(bias, 1), dims[0], heads, dims[1], dims[2])
 	}
 	return f.bias
 }
@@ -243,10 +236,10 @@ func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 	if f.causal {
 		return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Causal: true})
 	}
-	if out := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.boolMask())[0]}); out != nil {
+	if out := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.mask)[0]}); out != nil {
 		return out
 	}
-	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias())[0]})
+	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(q.Shape().Dimensions[2], q.DType()))[0]})
 }
 
 // weighted sums values with probs [b, kvHeads, w, group, n]: values' position axis is

@@ -49,7 +49,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
-		mask.fused = &fusedMasks{window: mask.window, heads: cfg.NumHeads, dtype: compute, causal: win.BlockSize == 1}
+		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {
