@@ -1285,7 +1285,7 @@ if triton is not None:
                 tl.extra.cuda.gdc_wait()
                 x, sq_k = _gemv_x(x_rows, m_ok, ln_ptr, l_ptr, acc_ptr, n_chunks, K, k0 + offs_k,
                                   PROLOGUE, 1, BLOCK_K, HEAD_DIM, BLOCK_C)
-                acc += w.to(tl.float32) * x.to(tl.float32)
+                acc = _gemv_mac(acc, x, w, 1)
                 if PROLOGUE == "rmsnorm":
                     sq += sq_k
                 if K_STEPS == 1:
@@ -1300,7 +1300,7 @@ if triton is not None:
                               PROLOGUE, 1, BLOCK_K, HEAD_DIM, BLOCK_C)
             w = tl.load(w_ptr + (n0 + offs_n)[:, None] * K + ks[None, :],
                         eviction_policy="evict_first")
-            acc += w.to(tl.float32) * x.to(tl.float32)
+            acc = _gemv_mac(acc, x, w, 1)
             if PROLOGUE == "rmsnorm":
                 sq += sq_k
             if kk == K_STEPS - 1:  # the tile's last K step: its epilogue, a fresh tile
