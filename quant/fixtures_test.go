@@ -120,14 +120,7 @@ func e4m3RoundingNoise(t *testing.T, m *model.Model) float64 {
 	t.Helper()
 	var sum float64
 	var n int
-	for _, nl := range m.Linears() {
-		if nl.Name == "lm_head" {
-			continue
-		}
-		d, ok := nl.Linear.(*model.Dense)
-		require.True(t, ok)
-		w, err := hostFloat32s(d.Weight)
-		require.NoError(t, err)
+	forQuantizedWeights(t, m, func(_ model.NamedLinear, d *model.Dense, w []float32) {
 		in := d.InFeatures()
 		q := make([]uint8, in)
 		for row := 0; row < len(w); row += in {
@@ -149,7 +142,7 @@ func e4m3RoundingNoise(t *testing.T, m *model.Model) float64 {
 				}
 			}
 		}
-	}
+	})
 	return math.Sqrt(sum / float64(n))
 }
 
@@ -160,14 +153,7 @@ func noisyModel(t *testing.T, dir string, noise float64) *model.Model {
 	t.Helper()
 	m := loadDense(t, dir)
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, nl := range m.Linears() {
-		if nl.Name == "lm_head" {
-			continue
-		}
-		d, ok := nl.Linear.(*model.Dense)
-		require.True(t, ok)
-		w, err := hostFloat32s(d.Weight)
-		require.NoError(t, err)
+	forQuantizedWeights(t, m, func(nl model.NamedLinear, d *model.Dense, w []float32) {
 		for i := range w {
 			w[i] *= float32(1 + noise*rng.NormFloat64())
 		}
@@ -179,6 +165,22 @@ func noisyModel(t *testing.T, dir string, noise float64) *model.Model {
 		} else {
 			require.NoError(t, d.Weight.FinalizeAll())
 		}
-	}
+	})
 	return m
+}
+
+// forQuantizedWeights calls fn with each linear FP8 quantizes (all but the head) of a
+// dense model, and its weights on the host.
+func forQuantizedWeights(t *testing.T, m *model.Model, fn func(nl model.NamedLinear, d *model.Dense, w []float32)) {
+	t.Helper()
+	for _, nl := range m.Linears() {
+		if nl.Name == "lm_head" {
+			continue
+		}
+		d, ok := nl.Linear.(*model.Dense)
+		require.True(t, ok)
+		w, err := hostFloat32s(d.Weight)
+		require.NoError(t, err)
+		fn(nl, d, w)
+	}
 }
