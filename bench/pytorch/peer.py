@@ -410,17 +410,26 @@ GEMV_COLS = [("role", "<", 8), ("rows", ">", 4), ("config", "<", 30), ("ctas", "
              ("cublas_GBps", ">", 11), ("note", "<", 0)]
 
 
-def format_gemv_table(rows) -> str:
-    """Per-call GEMV times over a step's weights (dicts with the GEMV_COLS keys)."""
+def format_columns(rows, cols, number, rule: bool = False) -> str:
+    """Fixed-width table of dicts: a header of the column names of cols ((name, align,
+    width); width 0: unpadded), an optional rule, then one line per row. Floats go
+    through number, NaN shows as '-'."""
     def cell(v, align, width):
         if isinstance(v, float):
-            v = "-" if math.isnan(v) else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+            v = "-" if math.isnan(v) else number(v)
         return f"{str(v):{align}{width}}" if width else str(v)
 
-    lines = ["  ".join(cell(name, a, w) for name, a, w in GEMV_COLS)]
+    lines = ["  ".join(cell(name, a, w) for name, a, w in cols)]
+    if rule:
+        lines.append("-" * (sum(w + 2 for _, _, w in cols) + 10))
     for r in rows:
-        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in GEMV_COLS))
+        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in cols))
     return "\n".join(lines)
+
+
+def format_gemv_table(rows) -> str:
+    """Per-call GEMV times over a step's weights (dicts with the GEMV_COLS keys)."""
+    return format_columns(rows, GEMV_COLS, lambda v: f"{v:.1f}" if v < 1000 else f"{v:.0f}")
 
 
 # --------------------------------------------------------------------------
@@ -488,15 +497,7 @@ DATTN_COLS = [("block_n", ">", 7), ("combine", "<", 8), ("chunks", ">", 6), ("ct
 
 def format_dattn_table(rows) -> str:
     """--dattn-tune timings: decode attention (split + combine) per layer of AR batch 1."""
-    def cell(v, align, width):
-        if isinstance(v, float):
-            v = "-" if math.isnan(v) else f"{v:.2f}" if v < 100 else f"{v:.1e}"
-        return f"{str(v):{align}{width}}" if width else str(v)
-
-    lines = ["  ".join(cell(name, a, w) for name, a, w in DATTN_COLS)]
-    for r in rows:
-        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in DATTN_COLS))
-    return "\n".join(lines)
+    return format_columns(rows, DATTN_COLS, lambda v: f"{v:.2f}" if v < 100 else f"{v:.1e}")
 
 
 # --------------------------------------------------------------------------
@@ -527,16 +528,7 @@ TABLE_COLS = [("step", "<", 8), ("batch", ">", 5), ("ctx", ">", 5), ("tok", ">",
 
 def format_table(rows) -> str:
     """Fixed-width table of result rows (dicts with the TABLE_COLS keys)."""
-    def cell(v, align, width):
-        if isinstance(v, float):
-            v = "-" if math.isnan(v) else f"{v:.3f}"
-        return f"{str(v):{align}{width}}" if width else str(v)
-
-    lines = ["  ".join(cell(name, a, w) for name, a, w in TABLE_COLS)]
-    lines.append("-" * (sum(w + 2 for _, _, w in TABLE_COLS) + 10))
-    for r in rows:
-        lines.append("  ".join(cell(r.get(name, ""), a, w) for name, a, w in TABLE_COLS))
-    return "\n".join(lines)
+    return format_columns(rows, TABLE_COLS, lambda v: f"{v:.3f}", rule=True)
 
 
 def format_breakdown(rows, total_us: float, title: str) -> str:
