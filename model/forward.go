@@ -67,14 +67,34 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		return ConvertDType(lin.Apply(x, paramsOf(name, lin, x)), dtypes.Float32)
 	}
 
+	// normed runs lin on rmsNorm(x)·weight·scale. For dense layers the row's 1/rms goes
+	// onto the float32 output instead of the input (a per-row scale commutes with the
+	// product): the input is then x·weight alone, which XLA can fuse into the GEMM, and
+	// the mean of squares a reduction of its own. Quantized layers (their activation
+	// scales were calibrated on normalised inputs) and calibration itself keep the
+	// normalised input.
+	normed := func(name string, lin Linear, x, weight *Node, scale float64) *Node {
+		if _, dense := lin.(*Dense); !dense || observe != nil {
+			h := rmsNorm(x, weight, cfg.RMSNormEps, compute)
+			if scale != 1 {
+				h = MulScalar(h, scale)
+			}
+			return apply(name, lin, h)
+		}
+		inv := Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), cfg.RMSNormEps))
+		if scale != 1 {
+			inv = MulScalar(inv, scale)
+		}
+		return Mul(apply(name, lin, normWeighted(ConvertDType(x, compute), weight)), inv)
+	}
+
 	var newCache *CacheNodes
 	if cache != nil {
 		newCache = &CacheNodes{K: make([]*Node, cfg.NumLayers), V: make([]*Node, cfg.NumLayers)}
 	}
 	residualScale := cfg.residualScale()
 	for i, layer := range m.Layers {
-		h := rmsNorm(x, w.Node(layer.AttnNorm), cfg.RMSNormEps, compute)
-		qkv := ConvertDType(apply(linearName(i, "self_attn.qkv_proj"), layer.QKV, h), compute)
+		qkv := ConvertDType(normed(linearName(i, "self_attn.qkv_proj"), layer.QKV, x, w.Node(layer.AttnNorm), 1), compute)
 		var layerCache *layerKV
 		if cache != nil {
 			layerCache = &layerKV{k: cache.K[i], v: cache.V[i]}
@@ -85,19 +105,14 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		}
 		x = addScaled(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
 
-		h = rmsNorm(x, w.Node(layer.MLPNorm), cfg.RMSNormEps, compute)
-		gateUp := apply(linearName(i, "mlp.gate_up_proj"), layer.GateUp, h)
+		gateUp := normed(linearName(i, "mlp.gate_up_proj"), layer.GateUp, x, w.Node(layer.MLPNorm), 1)
 		x = addScaled(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLU(gateUp)), residualScale)
 	}
 
 	if win.LogitIndices != nil {
 		x = takeRows(x, win.LogitIndices)
 	}
-	x = rmsNorm(x, w.Node(m.FinalNorm), cfg.RMSNormEps, compute)
-	if s := cfg.logitScale(); s != 1 {
-		x = MulScalar(x, s)
-	}
-	logits := apply("lm_head", m.Head, x)
+	logits := normed("lm_head", m.Head, x, w.Node(m.FinalNorm), cfg.logitScale())
 	return logits, newCache
 }
 
@@ -129,13 +144,17 @@ func addScaled(x, y *Node, scale float64) *Node {
 // dtype, as transformers' LlamaRMSNorm does.
 func rmsNorm(x, weight *Node, eps float64, compute dtypes.DType) *Node {
 	variance := ReduceAndKeep(Square(x), ReduceMean, -1)
-	normed := ConvertDType(Mul(x, Rsqrt(AddScalar(variance, eps))), compute)
+	return normWeighted(ConvertDType(Mul(x, Rsqrt(AddScalar(variance, eps))), compute), weight)
+}
+
+// normWeighted multiplies x [..., h] by a norm's weight [h] in x's dtype.
+func normWeighted(x, weight *Node) *Node {
 	dims := make([]int, x.Rank())
 	for i := range dims {
 		dims[i] = 1
 	}
 	dims[len(dims)-1] = weight.Shape().Dimensions[0]
-	return Mul(normed, Reshape(ConvertDType(weight, compute), dims...))
+	return Mul(x, Reshape(ConvertDType(weight, x.DType()), dims...))
 }
 
 // swiGLU computes silu(gate)·up from the fused [..., 2·f] projection.
