@@ -193,11 +193,14 @@ def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) ->
     of the same kind (block for fused). tuning 'main' = the main compile, whose
     steps of <= GEMV_MAX_ROWS rows use the --gemv path; 'cublas' = the same
     compile with cuBLAS GEMMs (block, fused and AR at batch 1, the comparison when
-    the main row runs Triton GEMVs); 'autotune' = the AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
+    the main row runs Triton GEMVs); 'pdl-early' = the main path with PDL's early
+    trigger (AR batch 1, see pdl_mode; skipped when PDL is off); 'autotune' = the
+    AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
     def spec(kind, b, p=0):
         return make_spec(kind, b, context, max_len, align, p)
     plan = [(spec("block", 1), "gemm", "main"), (spec("block", 1), "sdpa", "main"),
-            (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "sdpa", "main"),
+            (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "gemm", "pdl-early"),
+            (spec("ar", 1), "sdpa", "main"),
             (spec("ar", 1), "auto", "cublas")]
     plan += [(spec("ar", 1), "auto", "autotune")] if autotune_ar else []
     plan += [(spec("fused", 1), "auto", "main")]
@@ -578,6 +581,18 @@ def int_list(text: str) -> list:
     if not vals or any(v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return list(dict.fromkeys(vals))
+
+
+def pdl_mode(pdl: bool, early: bool) -> int:
+    """The kernels' PDL constexpr: 0 off; 1 on, each kernel lets the next one launch
+    after its main loop (gdc_launch_dependents), the default; 2 on with the early
+    trigger: each kernel lets the next launch at its start, so that while a kernel
+    with few CTAs runs (decode attention: 34 at batch 1) the following kernels' CTAs
+    take the idle SMs and load their first W tile (weights are constants) before
+    their gdc_wait. Every kernel still waits for the previous one's completion
+    before reading activations; the trigger only decides when its CTAs are placed.
+    The AR batch-1 row tuning 'pdl-early' times mode 2 beside mode 1."""
+    return (2 if early else 1) if pdl else 0
 
 
 def timed(row: dict) -> bool:
@@ -1119,6 +1134,8 @@ if triton is not None:
         constant: nothing in the step writes weights) before griddepcontrol.wait,
         so the weight stream starts while the previous kernel drains; every
         activation load comes after the wait (the first loop step is peeled)."""
+        if PDL == 2:  # early trigger (pdl_mode)
+            tl.extra.cuda.gdc_launch_dependents()
         offs_m = tl.arange(0, BLOCK_M)
         offs_k = tl.arange(0, BLOCK_K)
         x_rows = x_ptr + offs_m[:, None] * stride_xm
@@ -1146,7 +1163,7 @@ if triton is not None:
             # W is read once per step: keep L2 for the activations
             w = tl.load(w_rows + ks[None, :], eviction_policy="evict_first")
             acc = _gemv_mac(acc, x, w, BLOCK_M)
-        if PDL:  # the main loop is done: the next kernel's CTAs may start loading
+        if PDL == 1:  # late trigger: the main loop is done, the next kernel's CTAs may load
             tl.extra.cuda.gdc_launch_dependents()
         if BLOCK_M == 1:
             acc = tl.sum(acc, axis=1)[None, :]
@@ -1259,6 +1276,8 @@ if triton is not None:
         PROLOGUE as _gemv_core's (1 row); 'rmsnorm' (k_split = K) stores
         out [1, N] = RMSNorm(x) @ W^T, the others add x' @ W^T into out = the
         float32 residual [1, N]. A program with no tile does nothing."""
+        if PDL == 2:  # early trigger (pdl_mode)
+            tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
         P = tl.num_programs(0)
         total = (n_tiles - pid + P - 1) // P * K_STEPS  # >= 0: pid < P, n_tiles >= 1
@@ -1299,7 +1318,7 @@ if triton is not None:
                 _gemv_pend(acc, sq, n0, out_ptr, K, eps, PROLOGUE, BLOCK_N)
                 acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
                 sq = tl.zeros([1, BLOCK_K], dtype=tl.float32)
-        if PDL:  # the main loop is done: the next kernel's CTAs may start loading
+        if PDL == 1:  # late trigger: the main loop is done, the next kernel's CTAs may load
             tl.extra.cuda.gdc_launch_dependents()
 
 
@@ -1354,6 +1373,7 @@ class TritonGemv:
         self.shapes = gemv_shapes(cfg)
         self.tuned = {}  # (role, rows) -> GemvConfig
         self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
+        self.early_trigger = False  # see pdl_mode
         self.comb = (chunks, cfg.head_dim)  # split partials of o_comb's check and timing
         self.sms = 132  # SMs, for the persistent configs' grid (H100/H200 if unknown)
         if torch.cuda.is_available():
@@ -1370,7 +1390,8 @@ class TritonGemv:
         if why:
             raise ValueError(f"GEMV {role} {M}x{K}x{N}, {c.short}: {why}")
         meta = {"BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "NUM_STAGES": c.stages,
-                "PDL": self.pdl, "num_warps": c.warps, "num_stages": c.stages}
+                "PDL": pdl_mode(self.pdl, self.early_trigger), "num_warps": c.warps,
+                "num_stages": c.stages}
         if GEMV_ROLES[role] != "combine_add" and not c.persistent:
             meta["BLOCK_M"] = 16 if c.mma else 1
         if self.pdl:  # only then: a Triton without the keyword still runs PDL off
@@ -1643,6 +1664,8 @@ if triton is not None:
         the counter to 0. The counter is read and written after gdc_wait only."""
         bg, chunk = tl.program_id(0), tl.program_id(1)
         b, g = bg // G, bg % G
+        if PDL == 2:  # early trigger (pdl_mode)
+            tl.extra.cuda.gdc_launch_dependents()
         if PDL:
             tl.extra.cuda.gdc_wait()
         pos = tl.load(pos_ptr)
@@ -1683,7 +1706,7 @@ if triton is not None:
         p_new = tl.exp(s_new - m_safe)
         l = tl.sum(p, axis=1) + p_new
         acc = tl.dot(p.to(tl.bfloat16), v) + p_new[:, None] * v_new.to(tl.float32)[None, :]
-        if PDL:
+        if PDL == 1:  # late trigger (pdl_mode)
             tl.extra.cuda.gdc_launch_dependents()
         part = (bg * GROUP + heads) * n_chunks + chunk
         tl.store(m_ptr + part, m, mask=h_ok)
@@ -1711,10 +1734,12 @@ if triton is not None:
         head row = (sequence, head), i.e. out [B, heads * HEAD_DIM], the o GEMV's input.
         (At batch 1 the o GEMV does this in its prologue: gemv_combine_add_kernel.)"""
         row = tl.program_id(0)
+        if PDL == 2:  # early trigger (pdl_mode)
+            tl.extra.cuda.gdc_launch_dependents()
         if PDL:
             tl.extra.cuda.gdc_wait()
         _decode_attn_merge(m_ptr, l_ptr, acc_ptr, out_ptr, row, 1, n_chunks, HEAD_DIM, 1, TILE_C)
-        if PDL:  # after the stores (the merge's loop holds them); the o GEMV waits anyway
+        if PDL == 1:  # late trigger, after the stores; the o GEMV waits anyway
             tl.extra.cuda.gdc_launch_dependents()
 
 
@@ -1734,6 +1759,7 @@ class TritonDecodeAttn:
                  block_n: int = DECODE_ATTN_BLOCK_N, combine: str = "kernel"):
         self.cfg = cfg
         self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
+        self.early_trigger = False  # see pdl_mode
         self.fuse_o = False  # set once the fused batch-1 path passed its check
         self.block_n, self.combine_mode = block_n, combine
         # last-CTA combine: finished chunks per (sequence, KV group); zero between
@@ -1752,7 +1778,8 @@ class TritonDecodeAttn:
         self.counter.zero_()  # in case a failed launch left counts behind
 
     def _pdl(self) -> dict:
-        return {"PDL": self.pdl, **({"launch_pdl": True} if self.pdl else {})}
+        return {"PDL": pdl_mode(self.pdl, self.early_trigger),
+                **({"launch_pdl": True} if self.pdl else {})}
 
     def split(self, x, cache, cos, sin, st: StepState, out=None):
         """x: the qkv GEMV output [B, G * (group + 2) * d] bf16; cache: the layer's
@@ -2339,7 +2366,7 @@ class Runner:
     def gemv_for(self, spec: StepSpec, tuning: str):
         """The fused GEMV ops a step runs with; None = the compiled cuBLAS path."""
         small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
-        return self.gemv if tuning == "main" and small else None
+        return self.gemv if tuning in ("main", "pdl-early") and small else None
 
     def dattn_for(self, spec: StepSpec, attn: str, gemv):
         """The decode attention a step runs with: fast-layer AR steps whose attention
@@ -2365,7 +2392,26 @@ class Runner:
         cuBLAS (and fails the run's checks); a failure before any step has worked
         moves the whole run to the next compile mode; a later failure retries only
         this step eagerly, except for the optional variants (SDPA, autotune,
-        cublas), which are just reported."""
+        cublas, pdl-early), which are just reported. 'pdl-early' runs the main path
+        with the GEMV and decode-attention kernels' early PDL trigger (pdl_mode)."""
+        if tuning != "pdl-early":
+            return self._run_step(spec, attn, tuning)
+        gemv = self.gemv_for(spec, tuning)
+        dattn = self.dattn_for(spec, attn, gemv)
+        if not getattr(gemv, "pdl", False):  # the torch stand-ins (--dry) have none
+            self.note(f"{spec.label} attn={attn} pdl-early skipped: PDL is off")
+            return
+        gemv.early_trigger = True
+        if dattn is not None:
+            dattn.early_trigger = True
+        try:
+            self._run_step(spec, attn, tuning)
+        finally:
+            gemv.early_trigger = False
+            if dattn is not None:
+                dattn.early_trigger = False
+
+    def _run_step(self, spec: StepSpec, attn: str, tuning: str):
         a, eng = self.args, self.engine
         st = StepState(spec, self.cfg, self.device, self.gen)
         kern, mode = self.kernels_for(tuning)
@@ -2379,6 +2425,11 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
+                if tuning == "pdl-early":  # a variant: the main path keeps PDL as it is
+                    self.note(f"{what}; step FAILED")
+                    self.checks[f"{spec.label}_{attn}_pdl_early"] = {"ok": False, "error": what}
+                    self.rows.append(self.row(spec, None, f"FAILED ({type(e).__name__})", attn, tuning))
+                    return
                 chain = self.mode_chain
                 if gemv is not None and getattr(gemv, "pdl", False):
                     self.pdl_failed(f"{what} (with PDL)", {"ok": False, "error": what})
@@ -2426,7 +2477,9 @@ class Runner:
         dpath = dattn.name if dattn is not None else "torch"
         notes = [f"attn={attn}", f"gemv={path}", f"compile={mode}",
                  "graph" if self.on_cuda else "eager-cpu"]
-        pdl = "on" if gemv is not None and getattr(gemv, "pdl", False) else "off"
+        pdl = "off"
+        if gemv is not None and getattr(gemv, "pdl", False):
+            pdl = "early" if gemv.early_trigger else "on"
         if spec.kind == "ar":
             fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
             dconf = "" if dattn is None else f"/n{dattn.block_n}" + (
@@ -2536,7 +2589,8 @@ class Runner:
         lines.append(self.gemv_summary())
         lines.append(self.dattn_summary())
         lines.append(self.pdl_summary())
-        ar = [r for r in self.rows if r["step"] == "ar" and r["batch"] == 1 and timed(r)]
+        ar = [r for r in self.rows if r["step"] == "ar" and r["batch"] == 1 and timed(r)
+              and "check FAIL" not in r["notes"]]
         if ar:
             best = min(ar, key=lambda r: r["median_ms"])
             gbps = self.cfg.streamed_weight_bytes() / (best["median_ms"] * 1e-3) / 1e9
