@@ -16,6 +16,7 @@ build() { # build DIR: the binaries of the source tree in the current folder, in
   go build -ldflags="-s -w" -o "$1/bench" ./examples/bench
 }
 build .gpu/bin
+go build -ldflags="-s -w" -o .gpu/bin/tritonprobe ./bench/tritonprobe # main only
 for ref in ${VARIANTS:-}; do
   dir=$(mktemp -d)
   git worktree add -q --detach "$dir" "$ref"

@@ -11,10 +11,11 @@
 #                                      beside this one (~80 s, plus ~200 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, compare, fp8 (every FP8 decoder), explore (per-layer
-# cost, the padded AR step, XLA flag variants, HLO dumps), tiling (XLA's exhaustive GEMM
-# search), variants (builds of other git refs, see bench/build-gpu.sh) and profile. A device call
-# lasts at most 600 s, so the default stops at two.
+# Sections: peer, bench, fixtures, triton (bench/tritonprobe), compare, fp8 (every FP8
+# decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
+# bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so the default
+# stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -128,6 +129,15 @@ variants() {
     timeout 120 "$dir/bench" -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 | grep 'device loop'
     timeout 150 "$dir/bench" -only decode -batches 64 2>&1 | grep -E '^(fused|autoregressive) .* 64 ' 
   done
+}
+
+triton() {
+  # Can a StableHLO program run our own Triton kernel (XLA's __gpu$xla.gpu.triton
+  # custom call, through go-xla's public packages)? And how fast is a hand-written
+  # 1-row GEMV next to XLA's dot of the same shape? (~30 s)
+  section "Triton kernels in StableHLO (bench/tritonprobe)"
+  timeout 150 .gpu/bin/tritonprobe -plugin "$plugin" 2>&1 | tail -20
+  echo "tritonprobe: rc=${PIPESTATUS[0]}"
 }
 
 compare() {
