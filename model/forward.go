@@ -81,7 +81,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 			}
 			return apply(name, lin, h)
 		}
-		inv := Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), cfg.RMSNormEps))
+		inv := invRMS(x, cfg.RMSNormEps)
 		if scale != 1 {
 			inv = MulScalar(inv, scale)
 		}
@@ -143,8 +143,12 @@ func addScaled(x, y *Node, scale float64) *Node {
 // rmsNorm normalises the float32 x [..., h], then scales by weight [h] in the compute
 // dtype, as transformers' LlamaRMSNorm does.
 func rmsNorm(x, weight *Node, eps float64, compute dtypes.DType) *Node {
-	variance := ReduceAndKeep(Square(x), ReduceMean, -1)
-	return normWeighted(ConvertDType(Mul(x, Rsqrt(AddScalar(variance, eps))), compute), weight)
+	return normWeighted(ConvertDType(Mul(x, invRMS(x, eps)), compute), weight)
+}
+
+// invRMS is each row's 1/sqrt(mean(x²) + eps), [..., 1].
+func invRMS(x *Node, eps float64) *Node {
+	return Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), eps))
 }
 
 // normWeighted multiplies x [..., h] by a norm's weight [h] in x's dtype.
