@@ -36,16 +36,14 @@ var (
 	rows       = flag.Int("n", 12288, "GEMV output rows (gate/up of MiniCPM5-2B: 12288)")
 	cols       = flag.Int("k", 2048, "GEMV input length, a multiple of 512")
 	iters      = flag.Int("iters", 200, "GEMVs per execution, inside a While")
-	print      = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
+	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
 )
 
 func main() {
 	flag.Parse()
-	if *print {
+	if *printOnly {
 		for _, b := range []*stablehlo.Builder{scaleProgram(), gemvProgram(true, true), gemvProgram(false, true)} {
-			program, err := b.Build()
-			check("building StableHLO", err)
-			fmt.Printf("%s\n", program)
+			fmt.Printf("%s\n", must(b.Build()))
 		}
 		return
 	}
@@ -63,6 +61,13 @@ func main() {
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// must returns v, or exits with err: building the probe's programs fails only on a
+// bug of the probe.
+func must[T any](v T, err error) T {
+	check("building StableHLO", err)
+	return v
 }
 
 func check(what string, err error) {
@@ -109,10 +114,8 @@ func scaleProgram() *stablehlo.Builder {
 	shape := shapes.Make(dtypes.Float32, 1024)
 	b := stablehlo.New("triton_scale")
 	fn := b.Main()
-	x, err := fn.NamedInput("x", shape)
-	check("scale input", err)
-	y, err := tritonCall("scale", scaleTTIR, 1, 4, 1, []*stablehlo.Value{x}, shape)
-	check("scale custom call", err)
+	x := must(fn.NamedInput("x", shape))
+	y := must(tritonCall("scale", scaleTTIR, 1, 4, 1, []*stablehlo.Value{x}, shape))
 	check("scale return", fn.Return(y[0]))
 	return b
 }
@@ -207,49 +210,37 @@ func gemvProgram(triton, loop bool) *stablehlo.Builder {
 	yShape := shapes.Make(dtypes.Float32, n)
 	b := stablehlo.New(fmt.Sprintf("gemv_triton%t_loop%t", triton, loop))
 	fn := b.Main()
-	x, err := fn.NamedInput("x", xShape)
-	check("gemv input", err)
-	w, err := fn.NamedInput("w", wShape)
-	check("gemv input", err)
+	x := must(fn.NamedInput("x", xShape))
+	w := must(fn.NamedInput("w", wShape))
 	gemv := func(x, w *stablehlo.Value) *stablehlo.Value {
 		if triton {
-			y, err := tritonCall("gemv", gemvTTIR(k), n/gemvBlockN, 4, 3, []*stablehlo.Value{x, w}, yShape)
-			check("gemv custom call", err)
-			return y[0]
+			return must(tritonCall("gemv", gemvTTIR(k), n/gemvBlockN, 4, 3,
+				[]*stablehlo.Value{x, w}, yShape))[0]
 		}
-		y, err := stablehlo.DotGeneral(w, []int{1}, nil, x, []int{0}, nil).OutputDType(dtypes.Float32).Done()
-		check("gemv dot", err)
-		return y
+		return must(stablehlo.DotGeneral(w, []int{1}, nil, x, []int{0}, nil).OutputDType(dtypes.Float32).Done())
 	}
 	if !loop {
 		check("gemv return", fn.Return(gemv(x, w)))
 		return b
 	}
-	i0, err := fn.ConstantFromScalar(int32(0))
-	check("gemv loop", err)
+	i0 := must(fn.ConstantFromScalar(int32(0)))
+	// inputs declares a closure's loop state: the counter, x and W.
+	inputs := func(f *stablehlo.Function) (i, x, w *stablehlo.Value) {
+		return must(f.Input(i0.Shape())), must(f.Input(xShape)), must(f.Input(wShape))
+	}
 	cond := fn.Closure()
-	ci, _ := cond.Input(i0.Shape())
-	_, _ = cond.Input(xShape)
-	_, _ = cond.Input(wShape)
-	limit, _ := cond.ConstantFromScalar(int32(*iters))
-	more, err := stablehlo.Compare(ci, limit, types.CompareLT, types.CompareSigned)
-	check("gemv loop condition", err)
-	check("gemv loop condition", cond.Return(more))
+	ci, _, _ := inputs(cond)
+	limit := must(cond.ConstantFromScalar(int32(*iters)))
+	check("gemv loop condition", cond.Return(must(
+		stablehlo.Compare(ci, limit, types.CompareLT, types.CompareSigned))))
 	body := fn.Closure()
-	bi, _ := body.Input(i0.Shape())
-	bx, _ := body.Input(xShape)
-	bw, _ := body.Input(wShape)
-	y := gemv(bx, bw)
-	head, err := stablehlo.Slice(y, []int{0}, []int{k}, nil)
-	check("gemv loop body", err)
-	nextX, err := stablehlo.Convert(head, dtypes.BFloat16)
-	check("gemv loop body", err)
-	one, _ := body.ConstantFromScalar(int32(1))
-	nextI, err := stablehlo.Add(bi, one)
-	check("gemv loop body", err)
+	bi, bx, bw := inputs(body)
+	head := must(stablehlo.Slice(gemv(bx, bw), []int{0}, []int{k}, nil))
+	nextX := must(stablehlo.Convert(head, dtypes.BFloat16))
+	one := must(body.ConstantFromScalar(int32(1)))
+	nextI := must(stablehlo.Add(bi, one))
 	check("gemv loop body", body.Return(nextI, nextX, bw))
-	out, err := stablehlo.While(cond, body, i0, x, w)
-	check("gemv loop", err)
+	out := must(stablehlo.While(cond, body, i0, x, w))
 	check("gemv return", fn.Return(out[1]))
 	return b
 }
@@ -269,14 +260,15 @@ func probeGEMV(client *pjrt.Client) bool {
 	inputs, dims := []any{xs, ws}, [][]int{{k}, {n, k}}
 	ref, _, err := compileAndRun(client, gemvProgram(false, false), inputs, dims)
 	check("XLA's dot", err)
-	got, _, err := compileAndRun(client, gemvProgram(true, false), inputs, dims)
+	out, _, err := compileAndRun(client, gemvProgram(true, false), inputs, dims)
 	if err != nil {
 		fmt.Println("gemv: FAILED:", err)
 		return false
 	}
+	got := out.([]float32)
 	worst, scale := 0.0, 0.0
 	for i, r := range ref.([]float32) {
-		worst = max(worst, math.Abs(float64(got.([]float32)[i]-r)))
+		worst = max(worst, math.Abs(float64(got[i]-r)))
 		scale = max(scale, math.Abs(float64(r)))
 	}
 	fmt.Printf("gemv %dx%d: max |triton - xla| / max |xla| = %.1e\n", n, k, worst/scale)
@@ -285,13 +277,15 @@ func probeGEMV(client *pjrt.Client) bool {
 		return false
 	}
 	bytes := float64(n*k*2 + k*2 + n*4)
-	for _, triton := range []bool{false, true} {
-		_, elapsed, err := compileAndRun(client, gemvProgram(triton, true), inputs, dims)
+	for _, path := range []struct {
+		name   string
+		triton bool
+	}{{"XLA's dot", false}, {"Triton custom call", true}} {
+		_, elapsed, err := compileAndRun(client, gemvProgram(path.triton, true), inputs, dims)
 		check("gemv loop", err)
 		per := elapsed / time.Duration(*iters)
-		name := map[bool]string{false: "XLA's dot", true: "Triton custom call"}[triton]
 		fmt.Printf("gemv %dx%d, %s: %.2f us per call in a While of %d (median of 5 executions), %.0f GB/s\n",
-			n, k, name, float64(per.Nanoseconds())/1e3, *iters, bytes/per.Seconds()/1e9)
+			n, k, path.name, float64(per.Nanoseconds())/1e3, *iters, bytes/per.Seconds()/1e9)
 	}
 	return true
 }
