@@ -43,40 +43,79 @@ func TestCachedPathMatchesFullForward(t *testing.T) {
 	require.NoError(t, err)
 	defer m.Close()
 	const block = 4
-	seq := make([]int, 22)
-	for i := range seq {
-		seq[i] = (i*37 + 5) % m.Config.VocabSize
-	}
+	seq := testSequence(22, m.Config.VocabSize)
 	for promptLen := 1; promptLen <= 8; promptLen++ {
 		t.Run(fmt.Sprintf("prompt%d", promptLen), func(t *testing.T) {
-			full, err := m.Logits(seq, block)
-			require.NoError(t, err)
-			s, err := m.NewSession(32, block)
-			require.NoError(t, err)
-			defer s.Close()
-
-			got := make([][]float32, len(seq))
-			cached := promptLen / block * block
-			if cached > 0 {
-				last, err := s.Prefill(seq[:cached])
-				require.NoError(t, err)
-				got[cached-1] = last
-			}
-			for start := cached; start < len(seq); start += block {
-				end := min(start+block, len(seq))
-				step, err := s.Step(seq[start:end])
-				require.NoError(t, err)
-				if end-start < block {
-					copy(got[start:end], step)
-					break
-				}
-				commit, err := s.Commit(seq[start:end])
-				require.NoError(t, err)
-				require.Less(t, maxRelDiff(t, step, commit), 1e-6, "a step and a commit of the same block differ")
-				copy(got[start:end], commit)
-			}
-			from := max(cached-1, 0)
-			require.Less(t, maxRelDiff(t, got[from:], full[from:]), 1e-5)
+			requireCachedMatchesFull(t, m, seq, promptLen, 32, block)
 		})
 	}
+}
+
+// Windows attend over their cache's and their own keys and values concatenated while
+// the copy is small, with two products beyond (see [concatenates]): both give the full
+// forward's logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096
+// slots is past concatMaxBytes for any window.
+func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
+	cfg := prefillConfig()
+	cfg.MaxPositionEmbeddings = 4096
+	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, 3)
+	require.NoError(t, err)
+	defer m.Close()
+	const block = 4
+	seq := testSequence(14, m.Config.VocabSize)
+	for _, c := range []struct {
+		capacity int
+		concat   bool
+	}{{32, true}, {4096, false}} {
+		t.Run(fmt.Sprintf("capacity%d", c.capacity), func(t *testing.T) {
+			for w := 1; w <= 2*block; w++ { // the widest window is the 2-block prefill
+				require.Equal(t, c.concat, concatenates(m.CacheShape(1, c.capacity), w), "window of %d", w)
+			}
+			requireCachedMatchesFull(t, m, seq, 2*block+1, c.capacity, block)
+		})
+	}
+}
+
+// testSequence is n token ids spread over the vocabulary.
+func testSequence(n, vocab int) []int {
+	seq := make([]int, n)
+	for i := range seq {
+		seq[i] = (i*37 + 5) % vocab
+	}
+	return seq
+}
+
+// requireCachedMatchesFull runs seq through a session of the given capacity (a prefill
+// of the full blocks of its first promptLen tokens, then a step and a commit per block,
+// which must agree) and requires the logits of one forward of the whole sequence.
+func requireCachedMatchesFull(t *testing.T, m *Model, seq []int, promptLen, capacity, block int) {
+	t.Helper()
+	full, err := m.Logits(seq, block)
+	require.NoError(t, err)
+	s, err := m.NewSession(capacity, block)
+	require.NoError(t, err)
+	defer s.Close()
+
+	got := make([][]float32, len(seq))
+	cached := promptLen / block * block
+	if cached > 0 {
+		last, err := s.Prefill(seq[:cached])
+		require.NoError(t, err)
+		got[cached-1] = last
+	}
+	for start := cached; start < len(seq); start += block {
+		end := min(start+block, len(seq))
+		step, err := s.Step(seq[start:end])
+		require.NoError(t, err)
+		if end-start < block {
+			copy(got[start:end], step)
+			break
+		}
+		commit, err := s.Commit(seq[start:end])
+		require.NoError(t, err)
+		require.Less(t, maxRelDiff(t, step, commit), 1e-6, "a step and a commit of the same block differ")
+		copy(got[start:end], commit)
+	}
+	from := max(cached-1, 0)
+	require.Less(t, maxRelDiff(t, got[from:], full[from:]), 1e-5)
 }
