@@ -193,13 +193,13 @@ def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) ->
     of the same kind (block for fused). tuning 'main' = the main compile, whose
     steps of <= GEMV_MAX_ROWS rows use the --gemv path; 'cublas' = the same
     compile with cuBLAS GEMMs (block, fused and AR at batch 1, the comparison when
-    the main row runs Triton GEMVs); 'pdl-early' = the main path with PDL's early
+    the main row runs Triton GEMVs); 'pdl-late' = the main path with PDL's late
     trigger (AR batch 1, see pdl_mode; skipped when PDL is off); 'autotune' = the
     AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
     def spec(kind, b, p=0):
         return make_spec(kind, b, context, max_len, align, p)
     plan = [(spec("block", 1), "gemm", "main"), (spec("block", 1), "sdpa", "main"),
-            (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "gemm", "pdl-early"),
+            (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "gemm", "pdl-late"),
             (spec("ar", 1), "sdpa", "main"),
             (spec("ar", 1), "auto", "cublas")]
     plan += [(spec("ar", 1), "auto", "autotune")] if autotune_ar else []
@@ -584,14 +584,19 @@ def int_list(text: str) -> list:
 
 
 def pdl_mode(pdl: bool, early: bool) -> int:
-    """The kernels' PDL constexpr: 0 off; 1 on, each kernel lets the next one launch
-    after its main loop (gdc_launch_dependents), the default; 2 on with the early
-    trigger: each kernel lets the next launch at its start, so that while a kernel
-    with few CTAs runs (decode attention: 34 at batch 1) the following kernels' CTAs
-    take the idle SMs and load their first W tile (weights are constants) before
-    their gdc_wait. Every kernel still waits for the previous one's completion
-    before reading activations; the trigger only decides when its CTAs are placed.
-    The AR batch-1 row tuning 'pdl-early' times mode 2 beside mode 1."""
+    """The kernels' PDL constexpr: 0 off; 1 on with the late trigger, each kernel
+    lets the next one launch after its main loop (gdc_launch_dependents); 2 on with
+    the early trigger, used for the AR batch-1 step only: each kernel lets the next
+    launch at its start,
+    so that while a kernel with few CTAs runs (decode attention: 34 at batch 1) the
+    following kernels' CTAs take the idle SMs and load their first W tile (weights
+    are constants) before their gdc_wait. Every kernel still waits for the previous
+    one's completion before reading activations; the trigger only decides when its
+    CTAs are placed. On the H200 the AR batch-1 step took 1.749 ms with mode 2
+    against 1.843 ms with mode 1 (BENCHMARKS.md, run Q; the row tuning 'pdl-late'
+    times mode 1 beside it), but mode 2 made the multi-row steps 18-23 % slower
+    (AR batch 8 4.761 against 3.862 ms, the 4-row Triton block step 5.029 against
+    4.215 ms: run P), so they keep mode 1."""
     return (2 if early else 1) if pdl else 0
 
 
@@ -2366,7 +2371,7 @@ class Runner:
     def gemv_for(self, spec: StepSpec, tuning: str):
         """The fused GEMV ops a step runs with; None = the compiled cuBLAS path."""
         small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
-        return self.gemv if tuning in ("main", "pdl-early") and small else None
+        return self.gemv if tuning in ("main", "pdl-late") and small else None
 
     def dattn_for(self, spec: StepSpec, attn: str, gemv):
         """The decode attention a step runs with: fast-layer AR steps whose attention
@@ -2392,24 +2397,24 @@ class Runner:
         cuBLAS (and fails the run's checks); a failure before any step has worked
         moves the whole run to the next compile mode; a later failure retries only
         this step eagerly, except for the optional variants (SDPA, autotune,
-        cublas, pdl-early), which are just reported. 'pdl-early' runs the main path
-        with the GEMV and decode-attention kernels' early PDL trigger (pdl_mode)."""
-        if tuning != "pdl-early":
-            return self._run_step(spec, attn, tuning)
+        cublas, pdl-late), which are just reported. The main AR batch-1 step runs
+        the GEMV and decode-attention kernels with PDL's early trigger, 'pdl-late'
+        the same with the late one (pdl_mode)."""
         gemv = self.gemv_for(spec, tuning)
         dattn = self.dattn_for(spec, attn, gemv)
-        if not getattr(gemv, "pdl", False):  # the torch stand-ins (--dry) have none
-            self.note(f"{spec.label} attn={attn} pdl-early skipped: PDL is off")
-            return
-        gemv.early_trigger = True
-        if dattn is not None:
-            dattn.early_trigger = True
+        if tuning == "pdl-late" and not getattr(gemv, "pdl", False):
+            self.note(f"{spec.label} attn={attn} pdl-late skipped: PDL is off")
+            return  # the torch stand-ins (--dry) have no PDL
+        early = tuning == "main" and spec.kind == "ar" and spec.batch == 1
+        for k in (gemv, dattn):
+            if getattr(k, "pdl", False):
+                k.early_trigger = early
         try:
             self._run_step(spec, attn, tuning)
         finally:
-            gemv.early_trigger = False
-            if dattn is not None:
-                dattn.early_trigger = False
+            for k in (gemv, dattn):
+                if getattr(k, "pdl", False):
+                    k.early_trigger = False
 
     def _run_step(self, spec: StepSpec, attn: str, tuning: str):
         a, eng = self.args, self.engine
@@ -2425,9 +2430,9 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
-                if tuning == "pdl-early":  # a variant: the main path keeps PDL as it is
+                if tuning == "pdl-late":  # a variant: the main path keeps PDL as it is
                     self.note(f"{what}; step FAILED")
-                    self.checks[f"{spec.label}_{attn}_pdl_early"] = {"ok": False, "error": what}
+                    self.checks[f"{spec.label}_{attn}_pdl_late"] = {"ok": False, "error": what}
                     self.rows.append(self.row(spec, None, f"FAILED ({type(e).__name__})", attn, tuning))
                     return
                 chain = self.mode_chain
@@ -2479,7 +2484,7 @@ class Runner:
                  "graph" if self.on_cuda else "eager-cpu"]
         pdl = "off"
         if gemv is not None and getattr(gemv, "pdl", False):
-            pdl = "early" if gemv.early_trigger else "on"
+            pdl = "early" if gemv.early_trigger else "late"
         if spec.kind == "ar":
             fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
             dconf = "" if dattn is None else f"/n{dattn.block_n}" + (
