@@ -2,15 +2,21 @@
 
 // Command tritonprobe checks whether XLA's CUDA PJRT plugin runs a Triton kernel that a
 // StableHLO program embeds as XLA's __gpu$xla.gpu.triton custom call, built with only
-// go-xla's public stablehlo and pjrt packages. GoMLX's graph API cannot call a custom
-// kernel (BENCHMARKS.md, "Where our time goes"); this is the route that would remain.
+// go-xla's public stablehlo and pjrt packages, and how fast our own GEMV kernels are
+// there. GoMLX's graph API cannot call a custom kernel (BENCHMARKS.md, "Where our time
+// goes"); this is the route that would remain.
 //
-// It runs two hand-written Triton IR (TTIR) kernels: y = 2x over 1024 floats, and a
-// 1-row bf16 GEMV y = W·x with W [n, k] (float32 accumulation, 8 rows × 512 columns
-// per program, as the PyTorch peer's gate/up GEMV), and times the GEMV inside a While
-// against XLA's own dot of the same shapes. It needs the GPU:
+// It runs hand-written Triton IR (TTIR) kernels: y = 2x over 1024 floats, then
+// y = x·Wᵀ for each weight shape of MiniCPM5-2B (W [n, k] bf16 row-major, x [m, k]
+// bf16, float32 accumulation, y [m, n] bf16 as model/linear.go's dot) at 1 row (the AR
+// step) and 4 rows (the 4-token denoise step), a few tiles each. Every kernel is checked
+// against XLA's dot of the same shapes and types, and both are timed inside a While.
+// It prints one table row per shape and row count, and the GEMMs of one step summed
+// over the layers. It needs the GPU:
 //
 //	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so
+//
+// A failing kernel prints one line on stdout and XLA's whole message on stderr.
 package main
 
 import (
@@ -33,22 +39,78 @@ import (
 
 var (
 	pluginPath = flag.String("plugin", "", "the CUDA PJRT plugin (.so)")
-	rows       = flag.Int("n", 12288, "GEMV output rows (gate/up of MiniCPM5-2B: 12288)")
-	cols       = flag.Int("k", 2048, "GEMV input length, a multiple of 512")
-	iters      = flag.Int("iters", 200, "GEMVs per execution, inside a While")
+	shapeList  = flag.String("shapes", "qkv,o,gate_up,down,head", "the weight shapes to time, comma-separated")
+	iters      = flag.Int("iters", 200, "While iterations per execution (each calls the GEMM once per copy of W)")
 	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
 )
 
+// layerShape is one of MiniCPM5-2B's weight matrices, W [n, k], and how many of them
+// one step multiplies.
+type layerShape struct {
+	name    string
+	n, k    int
+	perStep int
+}
+
+// bytes is the size of W, what a GEMV streams.
+func (s layerShape) bytes() int { return s.n * s.k * 2 }
+
+var allShapes = []layerShape{
+	{"qkv", 2560, 2048, 42}, {"o", 2048, 2048, 42}, {"gate_up", 12288, 2048, 42},
+	{"down", 2048, 6144, 42}, {"head", 130560, 2048, 1},
+}
+
+// rowCounts are the rows of x: the AR step's token and the denoise step's 4.
+var rowCounts = []int{1, 4}
+
+// tile is how a Triton kernel splits the work: each program computes bn outputs of
+// every row, in K steps of bk; stages > 1 pipelines the loads that many steps deep.
+type tile struct{ bn, bk, stages int }
+
+func (t tile) String() string { return fmt.Sprintf("%dx%d/s%d", t.bn, t.bk, t.stages) }
+
+// tiles are those tried per row count, each with at most 64 float32 accumulators per
+// thread (m × bn × bk / 128): first one not pipelined (at 1 row, the tile of the
+// kernel that ran), then it pipelined, then twice the rows for half the K step. Each
+// program reads all of x, m/bn of its W bytes, again from L2: hence bn 8 and 16 at 4
+// rows, not 4.
+var tiles = map[int][]tile{
+	1: {{8, 512, 1}, {8, 512, 3}, {16, 256, 3}},
+	4: {{8, 256, 1}, {8, 256, 3}, {16, 128, 3}},
+}
+
+// warps per Triton program.
+const warps = 4
+
+// streamBytes is how many bytes of copies of W each timed loop cycles through: well
+// over the H200's 50 MB L2, so that every call streams its W from HBM, as the calls
+// of a step's 42 layers do.
+const streamBytes = 128 << 20
+
+// copiesOf is how many copies of W a timed loop of s cycles through.
+func copiesOf(s layerShape) int { return (streamBytes + s.bytes() - 1) / s.bytes() }
+
+// maxErr is the largest max |triton - xla| / max |xla| accepted: both round y to
+// bf16, so a sum on the other side of a rounding boundary differs by one bf16 ulp.
+const maxErr = 1e-2
+
 func main() {
 	flag.Parse()
+	run, err := parseShapes(*shapeList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tritonprobe:", err)
+		os.Exit(2)
+	}
+	if *iters < 1 {
+		fmt.Fprintln(os.Stderr, "tritonprobe: -iters must be positive")
+		os.Exit(2)
+	}
 	if *printOnly {
-		for _, b := range []*stablehlo.Builder{scaleProgram(), gemvProgram(true, true), gemvProgram(false, true)} {
-			fmt.Printf("%s\n", must(b.Build()))
-		}
+		printPrograms(run)
 		return
 	}
-	if *pluginPath == "" || *cols%gemvBlockK != 0 || *rows%gemvBlockN != 0 {
-		fmt.Fprintln(os.Stderr, "tritonprobe: -plugin is required; -k must be a multiple of 512 and -n of 8")
+	if *pluginPath == "" {
+		fmt.Fprintln(os.Stderr, "tritonprobe: -plugin is required")
 		os.Exit(2)
 	}
 	plugin, err := pjrt.GetPlugin(*pluginPath)
@@ -57,10 +119,23 @@ func main() {
 	check("creating a client", err)
 	fmt.Println("plugin:", plugin)
 	ok := probeScale(client)
-	ok = probeGEMV(client) && ok
+	ok = probeGEMMs(client, run) && ok
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// parseShapes returns the shapes of allShapes that list names.
+func parseShapes(list string) ([]layerShape, error) {
+	var run []layerShape
+	for name := range strings.SplitSeq(list, ",") {
+		i := slices.IndexFunc(allShapes, func(s layerShape) bool { return s.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown shape %q", name)
+		}
+		run = append(run, allShapes[i])
+	}
+	return run, nil
 }
 
 // must returns v, or exits with err: building the probe's programs fails only on a
@@ -75,6 +150,14 @@ func check(what string, err error) {
 		fmt.Fprintf(os.Stderr, "tritonprobe: %s: %v\n", what, err)
 		os.Exit(1)
 	}
+}
+
+// failed reports a kernel that did not compile or run: its first line on stdout, to
+// keep the table readable, and the whole message (XLA's quotes the TTIR) on stderr.
+func failed(what string, err error) {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	fmt.Printf("%s: FAILED: %.300s\n", what, msg)
+	fmt.Fprintf(os.Stderr, "%s: FAILED: %v\n", what, err)
 }
 
 // tritonCall is the custom call running kernel name of the TTIR module ir on the
@@ -122,14 +205,15 @@ func scaleProgram() *stablehlo.Builder {
 
 // probeScale runs y = 2x through the custom call and checks it.
 func probeScale(client *pjrt.Client) bool {
-	b := scaleProgram()
 	xs := make([]float32, 1024)
 	for i := range xs {
 		xs[i] = float32(i) - 100
 	}
-	out, _, err := compileAndRun(client, b, []any{xs}, [][]int{{1024}})
+	x := upload(client, xs, 1024)
+	defer destroy(x)
+	out, _, err := compileAndRun(client, scaleProgram(), x)
 	if err != nil {
-		fmt.Println("scale: FAILED:", err)
+		failed("scale", err)
 		return false
 	}
 	got := out.([]float32)
@@ -143,14 +227,46 @@ func probeScale(client *pjrt.Client) bool {
 	return true
 }
 
-const gemvBlockN, gemvBlockK = 8, 512
+// gemmTTIR is y[:, n0:n0+bn] = x·W[n0:n0+bn, :]ᵀ for the program's n0, W [n, k] bf16
+// row-major, x [m, k] bf16, y [m, n] bf16. It is the 1-row kernel that ran first with a
+// loop over x's rows written out: each K step loads the [bn, bk] W tile once and
+// multiplies it into one [bn, bk] float32 accumulator per row, reduced over K at the
+// end. A tile of stages > 1 marks the K loop with tt.num_stages: without it, Triton
+// pipelines no load of a loop that has no tt.dot.
+func gemmTTIR(m, n, k int, t tile) string {
+	var b strings.Builder
+	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
+	// offsets of its x and y rows, $acc its accumulator after the loop.
+	perRow := func(text string) {
+		for i := range m {
+			acc := fmt.Sprintf("%%acc#%d", i)
+			if m == 1 {
+				acc = "%acc"
+			}
+			b.WriteString(strings.NewReplacer("$m", fmt.Sprint(i), "$xoff", fmt.Sprint(i*k),
+				"$yoff", fmt.Sprint(i*n), "$acc", acc).Replace(text))
+		}
+	}
+	// rowList joins format over the rows, %d the row.
+	rowList := func(format string) string {
+		items := make([]string, m)
+		for i := range items {
+			items[i] = fmt.Sprintf(format, i)
+		}
+		return strings.Join(items, ", ")
+	}
+	accs := "%acc"
+	if m > 1 {
+		accs = fmt.Sprintf("%%acc:%d", m)
+	}
+	loopAttr := ""
+	if t.stages > 1 {
+		loopAttr = fmt.Sprintf(" {tt.num_stages = %d : i32}", t.stages)
+	}
+	accType := fmt.Sprintf("tensor<%dx%dxf32>", t.bn, t.bk)
 
-// gemvTTIR is y[n0:n0+8] = W[n0:n0+8, :]·x for the program's n0, W [n, k] bf16
-// row-major, x [k] bf16, y [n] float32: a [8, 512] float32 accumulator over the K
-// steps, reduced at the end.
-func gemvTTIR(k int) string {
-	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(gemvBlockN), "$BK", fmt.Sprint(gemvBlockK)).Replace(`module {
-  tt.func public @gemv(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+	b.WriteString(`module {
+  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
     %c0 = arith.constant 0 : i32
     %cK = arith.constant $K : i32
     %cBK = arith.constant $BK : i32
@@ -172,128 +288,329 @@ func gemvTTIR(k int) string {
     %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
     %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
-    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
-    %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<$BNx$BKxf32>) : i32 {
+`)
+	perRow(`    %xo$m = arith.constant dense<$xoff> : tensor<$BKxi32>
+    %xrow$m = tt.addptr %xp0, %xo$m : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
+`)
+	b.WriteString(`    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
+    $ACCS = scf.for %k = %c0 to %cK step %cBK iter_args($ITERARGS) -> ($TYPES) : i32 {
       %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
       %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
       %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
-      %xp = tt.addptr %xp0, %kx : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
-      %xv = tt.load %xp : tensor<$BKx!tt.ptr<bf16>>
       %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-      %xf = arith.extf %xv : tensor<$BKxbf16> to tensor<$BKxf32>
-      %xf2 = tt.expand_dims %xf {axis = 0 : i32} : tensor<$BKxf32> -> tensor<1x$BKxf32>
-      %xfb = tt.broadcast %xf2 : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
-      %p = arith.mulf %wf, %xfb : tensor<$BNx$BKxf32>
-      %a2 = arith.addf %a, %p : tensor<$BNx$BKxf32>
-      scf.yield %a2 : tensor<$BNx$BKxf32>
-    }
-    %sum = "tt.reduce"(%acc) <{axis = 1 : i32}> ({
-    ^bb0(%l: f32, %r: f32):
-      %s = arith.addf %l, %r : f32
-      tt.reduce.return %s : f32
+      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
+`)
+	perRow(`      %xk$m = tt.addptr %xrow$m, %kx : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
+      %xv$m = tt.load %xk$m : tensor<$BKx!tt.ptr<bf16>>
+      %xf$m = arith.extf %xv$m : tensor<$BKxbf16> to tensor<$BKxf32>
+      %xe$m = tt.expand_dims %xf$m {axis = 0 : i32} : tensor<$BKxf32> -> tensor<1x$BKxf32>
+      %xb$m = tt.broadcast %xe$m : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
+      %p$m = arith.mulf %wf, %xb$m : tensor<$BNx$BKxf32>
+      %s$m = arith.addf %a$m, %p$m : tensor<$BNx$BKxf32>
+`)
+	b.WriteString(`      scf.yield $YIELDS : $TYPES
+    }$LOOPATTR
+    %ybase = tt.splat %y : !tt.ptr<bf16> -> tensor<$BNx!tt.ptr<bf16>>
+`)
+	perRow(`    %sum$m = "tt.reduce"($acc) <{axis = 1 : i32}> ({
+    ^bb0(%l$m: f32, %r$m: f32):
+      %t$m = arith.addf %l$m, %r$m : f32
+      tt.reduce.return %t$m : f32
     }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
-    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
-    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
-    tt.store %yp, %sum : tensor<$BNx!tt.ptr<f32>>
-    tt.return
+    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>
+    %yo$m = arith.constant dense<$yoff> : tensor<$BNxi32>
+    %yr$m = arith.addi %rows, %yo$m : tensor<$BNxi32>
+    %yp$m = tt.addptr %ybase, %yr$m : tensor<$BNx!tt.ptr<bf16>>, tensor<$BNxi32>
+    tt.store %yp$m, %yt$m : tensor<$BNx!tt.ptr<bf16>>
+`)
+	b.WriteString(`    tt.return
   }
 }`)
+	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.bn), "$BK", fmt.Sprint(t.bk),
+		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
+		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", loopAttr).Replace(b.String())
 }
 
-// gemvProgram builds y = W·x, once (loop false) or *iters times in a While whose
-// state feeds a slice of each y back into x (so no call is loop-invariant), by the
-// Triton kernel (triton) or XLA's dot.
-func gemvProgram(triton, loop bool) *stablehlo.Builder {
-	n, k := *rows, *cols
-	xShape, wShape := shapes.Make(dtypes.BFloat16, k), shapes.Make(dtypes.BFloat16, n, k)
-	yShape := shapes.Make(dtypes.Float32, n)
-	b := stablehlo.New(fmt.Sprintf("gemv_triton%t_loop%t", triton, loop))
+// gemmFunc appends y [m, n] bf16 = x·Wᵀ to x's function, x [m, k] and W [n, k] bf16.
+type gemmFunc func(x, w *stablehlo.Value) *stablehlo.Value
+
+// xlaGEMM is XLA's dot, with bf16 output as model/linear.go's.
+func xlaGEMM(x, w *stablehlo.Value) *stablehlo.Value {
+	return must(stablehlo.DotGeneral(x, []int{1}, nil, w, []int{1}, nil).OutputDType(dtypes.BFloat16).Done())
+}
+
+// tritonGEMM is gemmTTIR's kernel of tile t, one program per bn rows of W.
+func tritonGEMM(t tile) gemmFunc {
+	return func(x, w *stablehlo.Value) *stablehlo.Value {
+		m, k, n := x.Shape().Dimensions[0], x.Shape().Dimensions[1], w.Shape().Dimensions[0]
+		return must(tritonCall("gemm", gemmTTIR(m, n, k, t), n/t.bn, warps, t.stages,
+			[]*stablehlo.Value{x, w}, shapes.Make(dtypes.BFloat16, m, n)))[0]
+	}
+}
+
+// gemmPrograms builds gemm's programs for s at m rows: check (inputs x and W, output
+// y) and loop (inputs x and copiesOf(s) copies of W, timed). label names them.
+func gemmPrograms(s layerShape, m int, label string, gemm gemmFunc) (checkProgram, loopProgram *stablehlo.Builder) {
+	xShape, wShape := shapes.Make(dtypes.BFloat16, m, s.k), shapes.Make(dtypes.BFloat16, s.n, s.k)
+	name := fmt.Sprintf("%s_m%d_%s", s.name, m, label)
+	checkProgram = stablehlo.New(name)
+	fn := checkProgram.Main()
+	y := gemm(must(fn.NamedInput("x", xShape)), must(fn.NamedInput("w", wShape)))
+	check(name, fn.Return(y))
+	loopProgram = whileProgram(name+"_loop", xShape, slices.Repeat([]shapes.Shape{wShape}, copiesOf(s)),
+		func(body *stablehlo.Function, x *stablehlo.Value, ws []*stablehlo.Value) *stablehlo.Value {
+			for _, w := range ws {
+				x = feedback(body, x, gemm(x, w))
+			}
+			return x
+		})
+	return checkProgram, loopProgram
+}
+
+// overheadProgram is the timed loop at m rows with x ← -x for all its work: what each
+// GEMM call in a loop adds to the GEMM, at most (the feedback is one small kernel).
+func overheadProgram(m int) *stablehlo.Builder {
+	return whileProgram(fmt.Sprintf("overhead_m%d", m), shapes.Make(dtypes.BFloat16, m, 2048), nil,
+		func(body *stablehlo.Function, x *stablehlo.Value, _ []*stablehlo.Value) *stablehlo.Value {
+			return feedback(body, x, must(stablehlo.Negate(x)))
+		})
+}
+
+// feedback writes y's first columns (as many as x has, at most) over x's, so that each
+// GEMM of the loop depends on the one before and none is loop-invariant. The
+// optimization barrier keeps XLA from narrowing its dot to the columns kept.
+func feedback(body *stablehlo.Function, x, y *stablehlo.Value) *stablehlo.Value {
+	m, cols := x.Shape().Dimensions[0], min(x.Shape().Dimensions[1], y.Shape().Dimensions[1])
+	y = must(stablehlo.OptimizationBarrier(y))[0]
+	head := must(stablehlo.Slice(y, []int{0, 0}, []int{m, cols}, nil))
+	zero := must(body.ConstantFromScalar(int32(0)))
+	return must(stablehlo.DynamicUpdateSlice(x, head, []*stablehlo.Value{zero, zero}))
+}
+
+// whileProgram runs step *iters times in a While whose state is a counter, x (which
+// step updates) and ws (passed through), and returns the last x.
+func whileProgram(name string, xShape shapes.Shape, wShapes []shapes.Shape,
+	step func(body *stablehlo.Function, x *stablehlo.Value, ws []*stablehlo.Value) *stablehlo.Value) *stablehlo.Builder {
+	b := stablehlo.New(name)
 	fn := b.Main()
-	x := must(fn.NamedInput("x", xShape))
-	w := must(fn.NamedInput("w", wShape))
-	gemv := func(x, w *stablehlo.Value) *stablehlo.Value {
-		if triton {
-			return must(tritonCall("gemv", gemvTTIR(k), n/gemvBlockN, 4, 3,
-				[]*stablehlo.Value{x, w}, yShape))[0]
+	init := []*stablehlo.Value{must(fn.ConstantFromScalar(int32(0))), must(fn.NamedInput("x", xShape))}
+	for i, s := range wShapes {
+		init = append(init, must(fn.NamedInput(fmt.Sprintf("w%d", i), s)))
+	}
+	// state declares a closure's loop state: the counter, x and ws.
+	state := func(f *stablehlo.Function) []*stablehlo.Value {
+		vs := make([]*stablehlo.Value, len(init))
+		for i, v := range init {
+			vs[i] = must(f.Input(v.Shape()))
 		}
-		return must(stablehlo.DotGeneral(w, []int{1}, nil, x, []int{0}, nil).OutputDType(dtypes.Float32).Done())
-	}
-	if !loop {
-		check("gemv return", fn.Return(gemv(x, w)))
-		return b
-	}
-	i0 := must(fn.ConstantFromScalar(int32(0)))
-	// inputs declares a closure's loop state: the counter, x and W.
-	inputs := func(f *stablehlo.Function) (i, x, w *stablehlo.Value) {
-		return must(f.Input(i0.Shape())), must(f.Input(xShape)), must(f.Input(wShape))
+		return vs
 	}
 	cond := fn.Closure()
-	ci, _, _ := inputs(cond)
+	i := state(cond)[0]
 	limit := must(cond.ConstantFromScalar(int32(*iters)))
-	check("gemv loop condition", cond.Return(must(
-		stablehlo.Compare(ci, limit, types.CompareLT, types.CompareSigned))))
+	check(name+" condition", cond.Return(must(stablehlo.Compare(i, limit, types.CompareLT, types.CompareSigned))))
 	body := fn.Closure()
-	bi, bx, bw := inputs(body)
-	head := must(stablehlo.Slice(gemv(bx, bw), []int{0}, []int{k}, nil))
-	nextX := must(stablehlo.Convert(head, dtypes.BFloat16))
+	vs := state(body)
 	one := must(body.ConstantFromScalar(int32(1)))
-	nextI := must(stablehlo.Add(bi, one))
-	check("gemv loop body", body.Return(nextI, nextX, bw))
-	out := must(stablehlo.While(cond, body, i0, x, w))
-	check("gemv return", fn.Return(out[1]))
+	next := append([]*stablehlo.Value{must(stablehlo.Add(vs[0], one)), step(body, vs[1], vs[2:])}, vs[2:]...)
+	check(name+" body", body.Return(next...))
+	out := must(stablehlo.While(cond, body, init...))
+	check(name+" return", fn.Return(out[1]))
 	return b
 }
 
-// probeGEMV checks the Triton GEMV against XLA's dot and times both in a loop.
-func probeGEMV(client *pjrt.Client) bool {
-	n, k := *rows, *cols
-	rng := rand.New(rand.NewPCG(7, 8))
-	xs := make([]bfloat16.BFloat16, k)
-	for i := range xs {
-		xs[i] = bfloat16.FromFloat32(rng.Float32()*2 - 1)
+// printPrograms prints every program the probe runs, each Triton kernel's TTIR as MLIR
+// comments before its programs.
+func printPrograms(run []layerShape) {
+	show := func(bs ...*stablehlo.Builder) {
+		for _, b := range bs {
+			fmt.Printf("%s\n", must(b.Build()))
+		}
 	}
-	ws := make([]bfloat16.BFloat16, n*k)
-	for i := range ws {
-		ws[i] = bfloat16.FromFloat32((rng.Float32()*2 - 1) / float32(math.Sqrt(float64(k))))
+	show(scaleProgram())
+	for _, s := range run {
+		for _, m := range rowCounts {
+			show(gemmPrograms(s, m, "xla", xlaGEMM))
+			for _, t := range tiles[m] {
+				fmt.Printf("// TTIR of %s at %d rows, tile %v:\n//   %s\n", s.name, m, t,
+					strings.ReplaceAll(gemmTTIR(m, s.n, s.k, t), "\n", "\n//   "))
+				show(gemmPrograms(s, m, tileLabel(t), tritonGEMM(t)))
+			}
+		}
 	}
-	inputs, dims := []any{xs, ws}, [][]int{{k}, {n, k}}
-	ref, _, err := compileAndRun(client, gemvProgram(false, false), inputs, dims)
-	check("XLA's dot", err)
-	out, _, err := compileAndRun(client, gemvProgram(true, false), inputs, dims)
-	if err != nil {
-		fmt.Println("gemv: FAILED:", err)
-		return false
+	for _, m := range rowCounts {
+		show(overheadProgram(m))
 	}
-	got := out.([]float32)
-	worst, scale := 0.0, 0.0
-	for i, r := range ref.([]float32) {
-		worst = max(worst, math.Abs(float64(got[i]-r)))
-		scale = max(scale, math.Abs(float64(r)))
-	}
-	fmt.Printf("gemv %dx%d: max |triton - xla| / max |xla| = %.1e\n", n, k, worst/scale)
-	if worst > 1e-3*scale {
-		fmt.Println("gemv: WRONG")
-		return false
-	}
-	bytes := float64(n*k*2 + k*2 + n*4)
-	for _, path := range []struct {
-		name   string
-		triton bool
-	}{{"XLA's dot", false}, {"Triton custom call", true}} {
-		_, elapsed, err := compileAndRun(client, gemvProgram(path.triton, true), inputs, dims)
-		check("gemv loop", err)
-		per := elapsed / time.Duration(*iters)
-		fmt.Printf("gemv %dx%d, %s: %.2f us per call in a While of %d (median of 5 executions), %.0f GB/s\n",
-			n, k, path.name, float64(per.Nanoseconds())/1e3, *iters, bytes/per.Seconds()/1e9)
-	}
-	return true
 }
 
-// compileAndRun compiles b, runs it on the host inputs (flat slices with dims) and
-// returns its first output and the median time of 5 executions after a warm-up (each
-// timed up to its output's arrival on the host).
-func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, flats []any, dims [][]int) (any, time.Duration, error) {
+// tileLabel names t's programs.
+func tileLabel(t tile) string { return fmt.Sprintf("triton_%dx%d_s%d", t.bn, t.bk, t.stages) }
+
+// timing is one shape's time per GEMM call at one row count.
+type timing struct {
+	xla, triton time.Duration // triton: the best tile's, 0 if none ran right
+}
+
+// probeGEMMs checks and times every shape of run at every row count, a table row
+// each, then the loop's overhead and the GEMMs of one step.
+func probeGEMMs(client *pjrt.Client, run []layerShape) bool {
+	fmt.Printf("y [M, N] bf16 = x [M, K] bf16 times W [N, K]^T bf16, float32 accumulation; us per call in a While "+
+		"of %d iterations (median of 5 executions), cycling through %d MiB of copies of W; GB/s of W\n",
+		*iters, streamBytes>>20)
+	fmt.Printf("%-8s %2s %6s %5s %8s %5s %9s %5s %7s %8s  %s\n",
+		"shape", "M", "N", "K", "XLA us", "GB/s", "Triton us", "GB/s", "tri/xla", "max err", "us per tile")
+	rng := rand.New(rand.NewPCG(7, 8))
+	ok := true
+	times := map[int][]timing{}
+	for _, s := range run {
+		// W's entries of variance 1/k keep y as large as x through the loop.
+		w := randomBF16(rng, s.n*s.k, float32(math.Sqrt(3/float64(s.k))))
+		ws := make([]*pjrt.Buffer, copiesOf(s))
+		for i := range ws {
+			ws[i] = upload(client, w, s.n, s.k)
+		}
+		for _, m := range rowCounts {
+			x := upload(client, randomBF16(rng, m*s.k, 1), m, s.k)
+			t, rowOK := probeRows(client, s, m, x, ws)
+			destroy(x)
+			times[m] = append(times[m], t)
+			ok = ok && rowOK
+		}
+		destroy(ws...)
+	}
+	var overhead []string
+	loopCost := map[int]time.Duration{}
+	for _, m := range rowCounts {
+		x := upload(client, randomBF16(rng, m*2048, 1), m, 2048)
+		_, elapsed, err := compileAndRun(client, overheadProgram(m), x)
+		destroy(x)
+		check("the overhead loop", err)
+		loopCost[m] = elapsed / time.Duration(*iters)
+		overhead = append(overhead, fmt.Sprintf("%.2f us at M=%d", us(loopCost[m]), m))
+	}
+	fmt.Printf("loop overhead per call, x <- -x alone in the same While: %s\n", strings.Join(overhead, ", "))
+	calls, terms := 0, []string{}
+	for _, s := range run {
+		calls += s.perStep
+		if s.perStep > 1 {
+			terms = append(terms, fmt.Sprintf("%d x %s", s.perStep, s.name))
+		} else {
+			terms = append(terms, s.name)
+		}
+	}
+	fmt.Printf("the GEMMs of one step, %s (%d calls):\n", strings.Join(terms, " + "), calls)
+	for _, m := range rowCounts {
+		var xla, triton time.Duration
+		complete := true // every shape has a Triton time
+		for i, s := range run {
+			t := times[m][i]
+			xla += time.Duration(s.perStep) * t.xla
+			triton += time.Duration(s.perStep) * t.triton
+			complete = complete && t.triton > 0
+		}
+		tri := "n/a"
+		if complete {
+			tri = fmt.Sprintf("%.3f ms (%.2fx)", ms(triton), float64(triton)/float64(xla))
+		}
+		fmt.Printf("  M=%d: XLA %.3f ms, Triton %s; of each, up to %.3f ms is loop overhead\n",
+			m, ms(xla), tri, ms(time.Duration(calls)*loopCost[m]))
+	}
+	return ok
+}
+
+// probeRows checks every tile of s at m rows against XLA's dot, times them and XLA's
+// dot, and prints the table row.
+func probeRows(client *pjrt.Client, s layerShape, m int, x *pjrt.Buffer, ws []*pjrt.Buffer) (t timing, ok bool) {
+	perCall := func(elapsed time.Duration) time.Duration { return elapsed / time.Duration(*iters*len(ws)) }
+	inputs := append([]*pjrt.Buffer{x}, ws...)
+	checkP, loopP := gemmPrograms(s, m, "xla", xlaGEMM)
+	ref, _, err := compileAndRun(client, checkP, inputs[:2]...)
+	check(fmt.Sprintf("%s M=%d, XLA's dot", s.name, m), err)
+	_, elapsed, err := compileAndRun(client, loopP, inputs...)
+	check(fmt.Sprintf("%s M=%d, XLA's dot in a loop", s.name, m), err)
+	t.xla = perCall(elapsed)
+	ok = true
+	worst := 0.0
+	var perTile []string
+	for _, tl := range tiles[m] {
+		what := fmt.Sprintf("%s M=%d, tile %v", s.name, m, tl)
+		checkP, loopP := gemmPrograms(s, m, tileLabel(tl), tritonGEMM(tl))
+		out, _, err := compileAndRun(client, checkP, inputs[:2]...)
+		if err != nil {
+			failed(what, err)
+			ok = false
+			continue
+		}
+		e := relErr(out.([]bfloat16.BFloat16), ref.([]bfloat16.BFloat16))
+		if !(e <= maxErr) {
+			fmt.Printf("%s: WRONG: max |triton - xla| / max |xla| = %.1e\n", what, e)
+			ok = false
+			continue
+		}
+		worst = max(worst, e)
+		_, elapsed, err := compileAndRun(client, loopP, inputs...)
+		if err != nil {
+			failed(what+" in a loop", err)
+			ok = false
+			continue
+		}
+		per := perCall(elapsed)
+		perTile = append(perTile, fmt.Sprintf("%v %.2f", tl, us(per)))
+		if t.triton == 0 || per < t.triton {
+			t.triton = per
+		}
+	}
+	gbs := func(d time.Duration) float64 { return float64(s.bytes()) / d.Seconds() / 1e9 }
+	if t.triton == 0 {
+		fmt.Printf("%-8s %2d %6d %5d %8.2f %5.0f %9s %5s %7s %8s\n", s.name, m, s.n, s.k, us(t.xla), gbs(t.xla),
+			"-", "-", "-", "-")
+		return t, ok
+	}
+	fmt.Printf("%-8s %2d %6d %5d %8.2f %5.0f %9.2f %5.0f %7.2f %8.1e  %s\n", s.name, m, s.n, s.k,
+		us(t.xla), gbs(t.xla), us(t.triton), gbs(t.triton), float64(t.triton)/float64(t.xla), worst,
+		strings.Join(perTile, ", "))
+	return t, ok
+}
+
+// relErr is max |got - ref| / max |ref|, NaN where got has one.
+func relErr(got, ref []bfloat16.BFloat16) float64 {
+	worst, scale := 0.0, 0.0
+	for i, r := range ref {
+		worst = max(worst, math.Abs(got[i].Float64()-r.Float64()))
+		scale = max(scale, math.Abs(r.Float64()))
+	}
+	return worst / scale
+}
+
+// randomBF16 is n values uniform in [-scale, scale).
+func randomBF16(rng *rand.Rand, n int, scale float32) []bfloat16.BFloat16 {
+	vs := make([]bfloat16.BFloat16, n)
+	for i := range vs {
+		vs[i] = bfloat16.FromFloat32((rng.Float32()*2 - 1) * scale)
+	}
+	return vs
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// upload copies the flat host slice of dims to the device; it exits on failure.
+func upload(client *pjrt.Client, flat any, dims ...int) *pjrt.Buffer {
+	buf, err := client.BufferFromHost().FromFlatDataWithDimensions(flat, dims).Done()
+	check("copying an input to the device", err)
+	return buf
+}
+
+func destroy(bufs ...*pjrt.Buffer) {
+	for _, buf := range bufs {
+		_ = buf.Destroy()
+	}
+}
+
+// compileAndRun compiles b, runs it on the inputs and returns its first output and the
+// median time of 5 executions after a warm-up (each timed up to its output's arrival
+// on the host).
+func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Buffer) (any, time.Duration, error) {
 	program, err := b.Build()
 	if err != nil {
 		return nil, 0, fmt.Errorf("building StableHLO: %w", err)
@@ -303,31 +620,16 @@ func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, flats []any, dims 
 		return nil, 0, fmt.Errorf("compiling: %w", err)
 	}
 	defer func() { _ = exec.Destroy() }()
-	var bufs []*pjrt.Buffer
-	defer func() {
-		for _, buf := range bufs {
-			_ = buf.Destroy()
-		}
-	}()
-	for i, flat := range flats {
-		buf, err := client.BufferFromHost().FromFlatDataWithDimensions(flat, dims[i]).Done()
-		if err != nil {
-			return nil, 0, fmt.Errorf("input %d: %w", i, err)
-		}
-		bufs = append(bufs, buf)
-	}
 	var out any
 	var times []time.Duration
 	for run := range 6 {
 		start := time.Now()
-		results, err := exec.Execute(bufs...).DonateNone().Done()
+		results, err := exec.Execute(inputs...).DonateNone().Done()
 		if err != nil {
 			return nil, 0, fmt.Errorf("executing: %w", err)
 		}
 		out, _, err = results[0].ToFlatDataAndDimensions()
-		for _, r := range results {
-			_ = r.Destroy()
-		}
+		destroy(results...)
 		if err != nil {
 			return nil, 0, fmt.Errorf("reading the output: %w", err)
 		}
