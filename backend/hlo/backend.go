@@ -1,0 +1,184 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/go-xla/pjrt"
+)
+
+// BackendName is the name the backend registers under with [compute.Register].
+const BackendName = "hlo"
+
+// ErrBuildOnly is returned where a backend made by [NewBuildOnly] would have to run
+// something.
+var ErrBuildOnly = errors.New("hlo: this backend only builds programs (NewBuildOnly); it cannot run them")
+
+func init() {
+	compute.Register(BackendName, func(config string) (compute.Backend, error) {
+		b, err := New(config)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return b, nil
+	})
+}
+
+// Backend runs programs built as StableHLO on the first device of a PJRT plugin. It
+// implements [compute.Backend].
+type Backend struct {
+	plugin    *pjrt.Plugin // nil for a build-only backend
+	client    *pjrt.Client // nil for a build-only backend
+	device    *pjrt.Device // the device every buffer and execution uses
+	finalized bool
+}
+
+var _ compute.Backend = (*Backend)(nil)
+
+// New loads the PJRT plugin that config names (a path, or a name pjrt resolves), with
+// optional client options after commas ("preallocate=true"), and makes a client.
+func New(config string) (*Backend, error) {
+	path, optionList, _ := strings.Cut(config, ",")
+	if path == "" {
+		return nil, errors.New("hlo: the configuration must name a PJRT plugin (hlo:/path/to/plugin.so)")
+	}
+	options, err := parseOptions(optionList)
+	if err != nil {
+		return nil, err
+	}
+	plugin, err := pjrt.GetPlugin(path)
+	if err != nil {
+		return nil, fmt.Errorf("hlo: loading the PJRT plugin %q: %w", path, err)
+	}
+	client, err := plugin.NewClient(options)
+	if err != nil {
+		return nil, fmt.Errorf("hlo: creating a client of %s: %w", plugin, err)
+	}
+	devices := client.AddressableDevices()
+	if len(devices) == 0 {
+		_ = client.Destroy()
+		return nil, fmt.Errorf("hlo: %s has no addressable device", plugin)
+	}
+	return &Backend{plugin: plugin, client: client, device: devices[0]}, nil
+}
+
+// NewBuildOnly returns a backend that builds programs but runs none: it needs no
+// plugin, keeps buffers in host memory, and its executables hold only their StableHLO
+// text (see [Program]) and fail with [ErrBuildOnly] when executed. It lets machines
+// without an accelerator check that programs build.
+func NewBuildOnly() *Backend { return &Backend{} }
+
+// parseOptions reads the client options of a configuration: "preallocate=<bool>".
+func parseOptions(list string) (pjrt.NamedValuesMap, error) {
+	if list == "" {
+		return nil, nil
+	}
+	options := pjrt.NamedValuesMap{}
+	for option := range strings.SplitSeq(list, ",") {
+		key, value, _ := strings.Cut(option, "=")
+		switch key {
+		case "preallocate":
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return nil, fmt.Errorf("hlo: option %q: %w", option, err)
+			}
+			options[key] = b
+		default:
+			return nil, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>)", option)
+		}
+	}
+	return options, nil
+}
+
+// buildOnly reports whether b was made by NewBuildOnly.
+func (b *Backend) buildOnly() bool { return b.client == nil }
+
+// Name returns "hlo".
+func (b *Backend) Name() string { return BackendName }
+
+// String returns "hlo".
+func (b *Backend) String() string { return BackendName }
+
+// Description names the plugin and its platform.
+func (b *Backend) Description() string {
+	if b.buildOnly() {
+		return "hlo (build-only: StableHLO programs, no PJRT plugin)"
+	}
+	return fmt.Sprintf("hlo (StableHLO on PJRT %s, platform %s)", b.plugin, b.client.Platform())
+}
+
+// NumDevices returns 1: only the plugin's first device is used.
+func (b *Backend) NumDevices() int { return 1 }
+
+// DeviceDescription describes the device used.
+func (b *Backend) DeviceDescription(deviceNum compute.DeviceNum) string {
+	if deviceNum != 0 {
+		return fmt.Sprintf("hlo: no device %d (only device 0 is used)", deviceNum)
+	}
+	if b.buildOnly() {
+		return "host memory (build-only)"
+	}
+	return fmt.Sprintf("%s device %d", b.client.Platform(), b.device.LocalHardwareID())
+}
+
+// Builder starts a new program.
+func (b *Backend) Builder(name string) compute.Builder { return newBuilder(b, name) }
+
+// Finalize destroys the client; buffers and executables of b become invalid.
+func (b *Backend) Finalize() {
+	if b.finalized {
+		return
+	}
+	b.finalized = true
+	if b.client != nil {
+		_ = b.client.Destroy()
+	}
+}
+
+// IsFinalized reports whether Finalize was called.
+func (b *Backend) IsFinalized() bool { return b.finalized }
+
+// checkDevice rejects devices other than 0.
+func checkDevice(deviceNum compute.DeviceNum) error {
+	if deviceNum != 0 {
+		return fmt.Errorf("hlo: device %d requested; only device 0 is supported", deviceNum)
+	}
+	return nil
+}
+
+// BufferFromFlatData copies flat, a slice of shape's Go type, to the device.
+func (b *Backend) BufferFromFlatData(deviceNum compute.DeviceNum, flat any, shape shapes.Shape) (compute.Buffer, error) {
+	if err := checkDevice(deviceNum); err != nil {
+		return nil, err
+	}
+	if b.finalized {
+		return nil, errors.New("hlo: BufferFromFlatData on a finalized backend")
+	}
+	if err := checkFlat(flat, shape); err != nil {
+		return nil, fmt.Errorf("hlo: BufferFromFlatData: %w", err)
+	}
+	if b.buildOnly() {
+		return newHostBuffer(b, flat, shape), nil
+	}
+	pb, err := b.client.BufferFromHost().ToDevice(b.device).
+		FromRawData(dtypes.UnsafeByteSliceFromAny(flat), shape.DType, shape.Dimensions).Done()
+	if err != nil {
+		return nil, fmt.Errorf("hlo: copying a %s buffer to the device: %w", shape, err)
+	}
+	return &Buffer{backend: b, shape: shape, device: pb}, nil
+}
+
+// HasSharedBuffers returns false: device memory is not addressable from Go.
+func (b *Backend) HasSharedBuffers() bool { return false }
+
+// NewSharedBuffer fails: see HasSharedBuffers.
+func (b *Backend) NewSharedBuffer(compute.DeviceNum, shapes.Shape) (compute.Buffer, any, error) {
+	return nil, nil, fmt.Errorf("hlo: shared buffers: %w", compute.ErrNotImplemented)
+}
