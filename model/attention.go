@@ -5,10 +5,11 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/gobackend"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/exceptions"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+
+	"github.com/blockdiff/blockdiff/backend"
 )
 
 // PrefillAttention selects how a window that reads no cache (a prefill into an empty
@@ -18,9 +19,10 @@ type PrefillAttention int
 
 const (
 	// PrefillAttentionAuto, the default, asks for the backend's fused attention when the
-	// compute dtype is bfloat16, except on the Go backend, and uses the plain path
-	// otherwise. On XLA's CUDA plugin the fused op is cuDNN flash attention; XLA's CPU
-	// plugin declines it and the plain path runs. Float32 models keep the plain path
+	// compute dtype is bfloat16, except on the Go and hlo backends (see
+	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
+	// plugin the fused op is cuDNN flash attention; XLA's CPU plugin declines it and the
+	// plain path runs. The hlo backend has no fused op. Float32 models keep the plain path
 	// (XLA's fused op is half-precision only). The Go backend's fused op (float32 only)
 	// is a scalar loop, 7-10x slower than the plain path on a 512-token prefill.
 	PrefillAttentionAuto PrefillAttention = iota
@@ -52,7 +54,7 @@ func (p PrefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
 	case PrefillAttentionFused:
 		return true
 	case PrefillAttentionAuto:
-		return dtype.IsHalfPrecision() && b.String() != gobackend.BackendName
+		return dtype.IsHalfPrecision() && backend.AsksForFusedAttention(b)
 	}
 	return false
 }

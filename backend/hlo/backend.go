@@ -21,7 +21,14 @@ const BackendName = "hlo"
 // something.
 var ErrBuildOnly = errors.New("hlo: this backend only builds programs (NewBuildOnly); it cannot run them")
 
-func init() {
+func init() { Register() }
+
+// Register registers the backend as "hlo" with [compute.Register]. The package's init
+// calls it. go-xla's compute/xla package registers its own backend under "hlo" too (an
+// alias of "xla"), and Go initialises packages that do not import each other in import
+// path order, so a program that imports both must call Register again afterwards, from
+// a package that imports both (as blockdiff's backend package does).
+func Register() {
 	compute.Register(BackendName, func(config string) (compute.Backend, error) {
 		b, err := New(config)
 		if err != nil {

@@ -59,6 +59,8 @@ func newFunction(b *Builder, fn *stablehlo.Function, parent *Function) *Function
 // supported (Capabilities says DynamicShapesNone), so dimensions carry over.
 func toXLA(s shapes.Shape) xshapes.Shape   { return xshapes.Make(s.DType, s.Dimensions...) }
 func fromXLA(s xshapes.Shape) shapes.Shape { return shapes.Make(s.DType, s.Dimensions...) }
+
+// wrap makes a StableHLO value of f a compute.Value.
 func (f *Function) wrap(v *stablehlo.Value) *value {
 	return &value{fn: f, v: v, shape: fromXLA(v.Shape())}
 }
