@@ -1,0 +1,109 @@
+//go:build cgo && !noxla
+
+package hlo_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/backend/hlo"
+	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
+)
+
+// programText compiles build over inputs as a program of m and returns its StableHLO.
+func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shape, build model.BuildFunc) string {
+	t.Helper()
+	p, err := m.Compile(name, inputs, build)
+	require.NoError(t, err, name)
+	text, err := hlo.Program(p.Graph().Executable())
+	require.NoError(t, err)
+	return string(text)
+}
+
+// The forward passes of every fixture model build on the backend, in its default
+// compute dtype (bfloat16, as on a GPU): without a cache, block-causal and causal, with
+// and without asking for fused attention (declined, so decomposed), and cached windows
+// that write the cache or only read it.
+func TestModelProgramsBuild(t *testing.T) {
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, m.Close()) }()
+			require.Equal(t, dtypes.BFloat16, m.DType)
+			v := m.Config.VocabSize
+			logits := func(b, r int) string { return fmt.Sprintf("tensor<%dx%dx%dxf32>", b, r, v) }
+
+			for _, attention := range []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused} {
+				m.PrefillAttention = attention
+				for _, block := range []int{1, 4} {
+					name := fmt.Sprintf("logits_%s_block%d", attention, block)
+					text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
+						start := Zeros(in[0].Graph(), i32(1))
+						out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
+						return []*Node{out}
+					})
+					requireProgram(t, text, logits(1, 8))
+				}
+			}
+
+			cacheShape := m.CacheShape(2, 32)
+			inputs := []shapes.Shape{i32(2, 4), i32(2)}
+			for range 2 * m.Config.NumLayers {
+				inputs = append(inputs, cacheShape)
+			}
+			for _, write := range []bool{false, true} {
+				text := programText(t, m, fmt.Sprintf("cached_write%t", write), inputs, func(w *model.Weights, in []*Node) []*Node {
+					g := in[0].Graph()
+					win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
+						LogitIndices: Const(g, [][]int32{{3}, {3}})}
+					if write {
+						win.WriteLen = Const(g, []int32{4, 2})
+					}
+					out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+					return append([]*Node{out}, cache.Nodes()...)
+				})
+				requireProgram(t, text, logits(2, 1))
+				require.Equal(t, write, strings.Contains(text, "stablehlo.scatter"), "a scatter writes the cache")
+			}
+		})
+	}
+}
+
+// requireProgram checks that text is a StableHLO module with a main function that
+// multiplies matrices and returns the logits type among its results.
+func requireProgram(t *testing.T, text, logits string) {
+	t.Helper()
+	require.True(t, strings.HasPrefix(text, "module @"), "not a module")
+	require.True(t, strings.Contains(text, "stablehlo.dot_general"), "no dot_general")
+	_, main, ok := strings.Cut(text, "func.func @main(")
+	require.True(t, ok, "no main function")
+	signature, _, _ := strings.Cut(main, "{\n")
+	require.Contains(t, signature, logits)
+}
+
+// The FP8 graphs of package quant build: both weight decoders in a linear layer with an
+// input scale and per-channel weight scales, and the in-graph E4M3 encoder.
+func TestQuantGraphsBuild(t *testing.T) {
+	bf16 := shapes.Make(dtypes.BFloat16, 2, 16)
+	weight := shapes.Make(dtypes.Uint8, 8, 16)
+	for _, decoder := range []quant.Decoder{quant.DecoderLUT, quant.DecoderBits} {
+		text := build(t, []shapes.Shape{bf16, weight, f32(8), f32()}, func(g *Graph, in []*Node) []*Node {
+			return []*Node{(&quant.FP8Linear{Decoder: decoder}).ApplyFloat32(in[0], in[1:])}
+		})
+		requireOp(t, text, "dot_general", "2x8xf32")
+	}
+	text := build(t, []shapes.Shape{f32(4, 5)}, func(g *Graph, in []*Node) []*Node {
+		return []*Node{quant.EncodeE4M3Node(in[0], true)}
+	})
+	require.Contains(t, text, "tensor<4x5xui8>")
+}
