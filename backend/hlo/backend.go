@@ -44,19 +44,22 @@ type Backend struct {
 	plugin    *pjrt.Plugin // nil for a build-only backend
 	client    *pjrt.Client // nil for a build-only backend
 	device    *pjrt.Device // the device every buffer and execution uses
+	noTF32    bool         // float32 dot products at full precision (option "notf32")
 	finalized bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
 
 // New loads the PJRT plugin that config names (a path, or a name pjrt resolves), with
-// optional client options after commas ("preallocate=true"), and makes a client.
+// options after commas: "preallocate=<bool>" for the client, and "notf32", which makes
+// float32 dot products run at full precision (XLA's GPU default rounds their inputs to
+// TF32; the float32 fixture tests need exact products).
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
 		return nil, errors.New("hlo: the configuration must name a PJRT plugin (hlo:/path/to/plugin.so)")
 	}
-	options, err := parseOptions(optionList)
+	options, noTF32, err := parseOptions(optionList)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +76,7 @@ func New(config string) (*Backend, error) {
 		_ = client.Destroy()
 		return nil, fmt.Errorf("hlo: %s has no addressable device", plugin)
 	}
-	return &Backend{plugin: plugin, client: client, device: devices[0]}, nil
+	return &Backend{plugin: plugin, client: client, device: devices[0], noTF32: noTF32}, nil
 }
 
 // NewBuildOnly returns a backend that builds programs but runs none: it needs no
@@ -82,26 +85,30 @@ func New(config string) (*Backend, error) {
 // without an accelerator check that programs build.
 func NewBuildOnly() *Backend { return &Backend{} }
 
-// parseOptions reads the client options of a configuration: "preallocate=<bool>".
-func parseOptions(list string) (pjrt.NamedValuesMap, error) {
+// parseOptions reads the options of a configuration: the client's, and notf32.
+func parseOptions(list string) (options pjrt.NamedValuesMap, noTF32 bool, err error) {
 	if list == "" {
-		return nil, nil
+		return nil, false, nil
 	}
-	options := pjrt.NamedValuesMap{}
 	for option := range strings.SplitSeq(list, ",") {
 		key, value, _ := strings.Cut(option, "=")
 		switch key {
 		case "preallocate":
 			b, err := strconv.ParseBool(value)
 			if err != nil {
-				return nil, fmt.Errorf("hlo: option %q: %w", option, err)
+				return nil, false, fmt.Errorf("hlo: option %q: %w", option, err)
+			}
+			if options == nil {
+				options = pjrt.NamedValuesMap{}
 			}
 			options[key] = b
+		case "notf32":
+			noTF32 = true
 		default:
-			return nil, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>)", option)
+			return nil, false, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32)", option)
 		}
 	}
-	return options, nil
+	return options, noTF32, nil
 }
 
 // buildOnly reports whether b was made by NewBuildOnly.

@@ -9,7 +9,8 @@
 // are declined with [compute.ErrNotImplemented] so that GoMLX decomposes them.
 //
 // Its configuration is the PJRT plugin's path (or name), optionally followed by
-// ",preallocate=true" or ",preallocate=false" for the client. Only the plugin's first
+// ",preallocate=<bool>" for the client and ",notf32" for float32 dot products at full
+// precision. Only the plugin's first
 // device is used. [NewBuildOnly] makes a backend that builds programs without a plugin,
 // for tests and for reading the StableHLO of a program ([Program]).
 //

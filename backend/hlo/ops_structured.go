@@ -343,8 +343,12 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	} else if config.OutputDType != dtypes.InvalidDType {
 		preferred = config.OutputDType
 	}
-	v, err := stablehlo.DotGeneral(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes).
-		OutputDType(preferred).Done()
+	dot := stablehlo.DotGeneral(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes).
+		OutputDType(preferred)
+	if f.builder.backend.noTF32 && vs[0].Shape().DType == dtypes.Float32 {
+		dot = dot.Precision(types.DotGeneralPrecisionHighest, types.DotGeneralPrecisionHighest)
+	}
+	v, err := dot.Done()
 	if err == nil && config.OutputDType != dtypes.InvalidDType && config.OutputDType != preferred {
 		v, err = stablehlo.Convert(v, config.OutputDType)
 	}

@@ -1,0 +1,277 @@
+//go:build cgo && !noxla
+
+package hlo_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/backend/hlo"
+	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/model"
+)
+
+// The tests of this file run programs on a PJRT plugin and compare their results with
+// the Go backend's. They need a GPU machine: set BLOCKDIFF_PJRT_PLUGIN to the plugin's
+// path (bench/gpu.sh's hlo section does).
+
+// backends returns the hlo backend on the plugin (float32 products at full precision,
+// so that results compare with the Go backend's) and the Go backend, or skips. Both are
+// shared by the tests of the binary: one client per process.
+func backends(t *testing.T) (onPlugin, onGo compute.Backend) {
+	t.Helper()
+	plugin := os.Getenv(backend.PluginEnv)
+	if plugin == "" {
+		t.Skipf("needs a PJRT plugin: set %s to its path (e.g. on the GPU machine, bench/gpu.sh hlo)", backend.PluginEnv)
+	}
+	b, err := sharedBackends()
+	require.NoError(t, err)
+	return b[0], b[1]
+}
+
+var sharedBackends = sync.OnceValues(func() ([2]compute.Backend, error) {
+	onPlugin, err := hlo.New(os.Getenv(backend.PluginEnv) + ",notf32")
+	if err != nil {
+		return [2]compute.Backend{}, err
+	}
+	onGo, err := backend.NewWithConfig(backend.GoConfig)
+	return [2]compute.Backend{onPlugin, onGo}, err
+})
+
+// opCase is a graph run on both backends.
+type opCase struct {
+	name   string
+	inputs []any
+	fn     func(in []*Node) []*Node
+	tol    float64 // the largest |got - want| / max(1, |want|) accepted
+	// goFn, if set, replaces fn on the Go backend, for ops it lacks.
+	goFn func(in []*Node) []*Node
+}
+
+func TestOpsMatchGo(t *testing.T) {
+	onPlugin, onGo := backends(t)
+	x := [][]float32{{-1.5, 0.25, 2}, {3, -0.5, 0.75}}
+	row := [][]float32{{0.5, -2, 1}}
+	emb := make([][]float32, 10)
+	for i := range emb {
+		emb[i] = []float32{float32(i), float32(-i), float32(i) / 4, 1}
+	}
+	a, b := ramp(2*3*5), ramp(2*5*4)
+	cases := []opCase{
+		{"elementwise", []any{x, row}, func(in []*Node) []*Node {
+			u, v := in[0], in[1]
+			return []*Node{Add(u, v), Mul(u, v), Div(u, AddScalar(Abs(v), 1)), Exp(u), Logistic(u), Rsqrt(AddScalar(Abs(u), 1)),
+				Log(AddScalar(Abs(u), 1)), Sqrt(Abs(u)), Cos(u), Sin(u), Neg(u), Max(u, v), Min(u, v),
+				Where(GreaterThan(u, v), u, v), ConvertDType(LessOrEqual(u, v), dtypes.Int32)}
+		}, 1e-6, nil},
+		{"integers and bits", []any{[]uint32{0, 1, 0xdeadbeef, 0x80000000, 12345}, []int32{-7, 3, 9, 0, 5}}, func(in []*Node) []*Node {
+			u, i := in[0], in[1]
+			return []*Node{BitwiseXor(u, BitwiseShiftRightLogicalScalar(u, 3)),
+				ConvertDType(LogicalAnd(NotEqual(i, ZerosLike(i)), LogicalNot(GreaterOrEqual(i, OnesLike(i)))), dtypes.Int32),
+				Div(i, Const(i.Graph(), int32(2))), Bitcast(ConvertDType(i, dtypes.Float32), dtypes.Uint32)}
+		}, 0, nil},
+		{"gather", []any{emb, [][]int32{{0, 9, 3}, {3, 3, 7}}}, func(in []*Node) []*Node {
+			return []*Node{Gather(in[0], InsertAxes(in[1], -1))}
+		}, 0, nil},
+		{"scatter sum", []any{[][]int32{{1}, {4}, {1}}, [][]float32{{1, 2}, {3, 4}, {5, 6}}}, func(in []*Node) []*Node {
+			return []*Node{ScatterSum(Zeros(in[0].Graph(), f32(6, 2)), in[0], in[1], false, false)}
+		}, 1e-6, nil},
+		{"dot with batch axes", []any{a, b}, func(in []*Node) []*Node {
+			lhs, rhs := Reshape(in[0], 2, 3, 5), Reshape(in[1], 2, 5, 4)
+			return []*Node{Dot(lhs, rhs).General([]int{2}, []int{0}, []int{1}, []int{0}),
+				Dot(ConvertDType(lhs, dtypes.BFloat16), ConvertDType(rhs, dtypes.BFloat16)).WithOutputDType(dtypes.Float32).
+					General([]int{2}, []int{0}, []int{1}, []int{0})}
+		}, 2e-2, nil},
+		{"reductions", []any{[][]float32{{1, 7, 7, -2}, {-3, -3, 0, 5}}}, func(in []*Node) []*Node {
+			u := in[0]
+			return []*Node{ReduceMax(u, 1), ReduceMin(u, 0), ReduceSum(u), ConvertDType(ReduceLogicalOr(GreaterThan(u, ZerosLike(u)), 1), dtypes.Int32),
+				ArgMax(u, 1, dtypes.Int32), ArgMin(u, 1, dtypes.Int32)}
+		}, 1e-6, nil},
+		{"cumulative sums", []any{[][]int32{{1, 2, 3, 4, 5}, {-1, 0, 2, 0, 7}}}, func(in []*Node) []*Node {
+			var out []*Node
+			for _, opt := range []CumSumOptions{{}, {Exclusive: true}, {Reverse: true}, {Exclusive: true, Reverse: true}} {
+				out = append(out, CumSum(in[0], 1, &opt))
+			}
+			return out
+		}, 0, nil},
+		{"shapes", []any{x}, func(in []*Node) []*Node {
+			u := in[0]
+			g := u.Graph()
+			start := Const(g, int32(1))
+			return []*Node{Transpose(u, 0, 1), Reshape(u, 3, 2), Concatenate([]*Node{u, u}, 1), Slice(u, AxisRange(), AxisRange(1, 3)),
+				DynamicUpdateSlice(u, Const(g, [][]float32{{9, 9}}), []*Node{start, start}),
+				BroadcastToDims(InsertAxes(ConvertDType(Iota(g, i32(3), 0), dtypes.Float32), 0), 2, 3),
+				ConvertDType(ConvertDType(u, dtypes.BFloat16), dtypes.Float32)}
+		}, 0, nil},
+		{"dynamic slice", []any{x, int32(1)}, func(in []*Node) []*Node {
+			return []*Node{DynamicSlice(in[0], []*Node{in[1], in[1]}, []int{1, 2})}
+		}, 0, func(in []*Node) []*Node { // the Go backend has no DynamicSlice
+			return []*Node{Slice(in[0], AxisRange(1, 2), AxisRange(1, 3))}
+		}},
+		{"while", []any{int32(10)}, func(in []*Node) []*Node {
+			g := in[0].Graph()
+			cond := NewClosure(g, func(g *Graph) []*Node {
+				i := Parameter(g, "i", in[0].Shape())
+				_ = Parameter(g, "sum", in[0].Shape())
+				n := Parameter(g, "n", in[0].Shape())
+				return []*Node{LessOrEqual(i, n)}
+			})
+			body := NewClosure(g, func(g *Graph) []*Node {
+				i := Parameter(g, "i", in[0].Shape())
+				sum := Parameter(g, "sum", in[0].Shape())
+				n := Parameter(g, "n", in[0].Shape())
+				return []*Node{Add(i, Const(g, int32(1))), Add(sum, i), n}
+			})
+			return While(cond, body, Const(g, int32(1)), Const(g, int32(0)), in[0])[1:2]
+		}, 0, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ExecOnceN(onPlugin, c.fn, c.inputs...)
+			require.NoError(t, err)
+			goFn := c.fn
+			if c.goFn != nil {
+				goFn = c.goFn
+			}
+			want, err := ExecOnceN(onGo, goFn, c.inputs...)
+			require.NoError(t, err)
+			require.Len(t, got, len(want))
+			for i := range want {
+				requireClose(t, fmt.Sprintf("output #%d", i), got[i], want[i], c.tol)
+			}
+		})
+	}
+}
+
+// ramp is n values i/n - 0.5.
+func ramp(n int) []float32 {
+	flat := make([]float32, n)
+	for i := range flat {
+		flat[i] = float32(i)/float32(n) - 0.5
+	}
+	return flat
+}
+
+// requireClose compares two tensors of any dtype as float64s.
+func requireClose(t *testing.T, what string, got, want *tensors.Tensor, tol float64) {
+	t.Helper()
+	require.True(t, got.Shape().Equal(want.Shape()), "%s: shape %s, want %s", what, got.Shape(), want.Shape())
+	g, w := float64s(t, got), float64s(t, want)
+	for i := range w {
+		if d := math.Abs(g[i] - w[i]); !(d <= tol*max(1, math.Abs(w[i]))) {
+			t.Fatalf("%s: element %d is %g, want %g (tolerance %g)", what, i, g[i], w[i], tol)
+		}
+	}
+}
+
+func float64s(t *testing.T, x *tensors.Tensor) []float64 {
+	t.Helper()
+	var out []float64
+	add := func(n int, at func(int) float64) {
+		for i := range n {
+			out = append(out, at(i))
+		}
+	}
+	switch x.DType() {
+	case dtypes.Float32:
+		v := tensors.MustCopyFlatData[float32](x)
+		add(len(v), func(i int) float64 { return float64(v[i]) })
+	case dtypes.BFloat16:
+		v := tensors.MustCopyFlatData[bfloat16.BFloat16](x)
+		add(len(v), func(i int) float64 { return v[i].Float64() })
+	case dtypes.Int32:
+		v := tensors.MustCopyFlatData[int32](x)
+		add(len(v), func(i int) float64 { return float64(v[i]) })
+	case dtypes.Uint32:
+		v := tensors.MustCopyFlatData[uint32](x)
+		add(len(v), func(i int) float64 { return float64(v[i]) })
+	default:
+		t.Fatalf("no comparison of %s", x.DType())
+	}
+	return out
+}
+
+// The fixture models in float32 give the Go backend's logits, without a cache and
+// through a session's cache, and the decoder's greedy tokens in every mode.
+func TestModelsMatchGo(t *testing.T) {
+	onPlugin, onGo := backends(t)
+	tokens := []int{1, 5, 9, 17, 33, 2, 8, 11}
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			load := func(b compute.Backend) *model.Model {
+				m, err := model.Load(b, dir, model.LoadOptions{DType: dtypes.Float32})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = m.Close() })
+				return m
+			}
+			mp, mg := load(onPlugin), load(onGo)
+			for _, block := range []int{1, 4} {
+				got, err := mp.Logits(tokens, block)
+				require.NoError(t, err)
+				want, err := mg.Logits(tokens, block)
+				require.NoError(t, err)
+				requireRowsClose(t, fmt.Sprintf("logits, block %d", block), got, want)
+			}
+			step := func(m *model.Model) [][]float32 {
+				s, err := m.NewSession(32, 4)
+				require.NoError(t, err)
+				defer s.Close()
+				_, err = s.Prefill(tokens)
+				require.NoError(t, err)
+				rows, err := s.Step(tokens[:3])
+				require.NoError(t, err)
+				return rows
+			}
+			requireRowsClose(t, "a cached step", step(mp), step(mg))
+			if mp.Config.MaskTokenID < 0 {
+				return
+			}
+			for _, mode := range []diffusion.Mode{diffusion.Fused, diffusion.Reference, diffusion.Autoregressive} {
+				cfg := diffusion.Quality
+				cfg.Mode, cfg.MaxNewTokens = mode, 12
+				decode := func(m *model.Model) []int {
+					d, err := diffusion.New(m, cfg)
+					require.NoError(t, err)
+					res, err := d.Generate(context.Background(), tokens[:5])
+					require.NoError(t, err)
+					return res.Tokens
+				}
+				require.Equal(t, decode(mg), decode(mp), "greedy tokens in %s mode", mode)
+			}
+		})
+	}
+}
+
+// requireRowsClose compares logits rows to 1e-4 of the largest magnitude of want's.
+func requireRowsClose(t *testing.T, what string, got, want [][]float32) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	scale := 0.0
+	for _, r := range want {
+		for _, v := range r {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+	}
+	for i := range want {
+		require.Len(t, got[i], len(want[i]), what)
+		for j := range want[i] {
+			if d := math.Abs(float64(got[i][j] - want[i][j])); !(d <= 1e-4*scale) {
+				t.Fatalf("%s: row %d, logit %d is %g, want %g", what, i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
