@@ -5,17 +5,19 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
+#   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
+#                                      and the fixtures (at most ~140 s)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
 #                                      beside this one (~80 s, plus ~200 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, triton (bench/tritonprobe), compare, fp8 (every FP8
-# decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
-# tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
-# bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so the default
-# stops at two.
+# Sections: peer, bench, fixtures, hlo (backend/hlo), triton (bench/tritonprobe),
+# compare, fp8 (every FP8 decoder), explore (per-layer cost, the padded AR step, XLA flag
+# variants, HLO dumps), tiling (XLA's exhaustive GEMM search), variants (builds of other
+# git refs, see bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so
+# the default stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -41,6 +43,18 @@ fixtures() {
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
     >"$OUT/diffusion.log" 2>&1
   echo "diffusion: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion.log" | head -20
+}
+
+hlo() {
+  # Our own StableHLO backend (backend/hlo), not yet validated on a GPU: its ops, the
+  # fixture models' logits and greedy decodes against the Go backend, then model.test's
+  # fixture tests on it (float32 products at full precision, as in the fixtures section).
+  section "hlo backend"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 80 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
+  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/hlo.log" | head -40
+  GOMLX_BACKEND="hlo:$plugin,notf32" timeout 60 .gpu/bin/model.test -test.v \
+    -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
+  echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
 }
 
 peer() {
