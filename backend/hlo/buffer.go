@@ -26,14 +26,21 @@ var _ compute.Buffer = (*Buffer)(nil)
 
 // newHostBuffer copies flat into a host buffer of a build-only backend.
 func newHostBuffer(b *Backend, flat any, shape shapes.Shape) *Buffer {
+	if flat == nil { // a zero-size shape (see checkFlat)
+		return &Buffer{backend: b, shape: shape, host: dtypes.MakeAnySlice(shape.DType, 0)}
+	}
 	v := reflect.ValueOf(flat)
 	c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
 	reflect.Copy(c, v)
 	return &Buffer{backend: b, shape: shape, host: c.Interface()}
 }
 
-// checkFlat checks that flat is a slice of shape's Go type with shape's size.
+// checkFlat checks that flat is a slice of shape's Go type with shape's size; GoMLX
+// passes nil for zero-size shapes.
 func checkFlat(flat any, shape shapes.Shape) error {
+	if flat == nil && shape.Size() == 0 {
+		return nil
+	}
 	v := reflect.ValueOf(flat)
 	if v.Kind() != reflect.Slice {
 		return fmt.Errorf("flat data is a %T, not a slice", flat)
