@@ -39,6 +39,7 @@ var capabilities = compute.Capabilities{
 		compute.OpTypeReshape, compute.OpTypeTranspose, compute.OpTypeBroadcastInDim, compute.OpTypeSlice,
 		compute.OpTypeReverse, compute.OpTypeConcatenate, compute.OpTypeIota, compute.OpTypeDynamicSlice,
 		compute.OpTypeDynamicUpdateSlice, compute.OpTypePad, compute.OpTypeOptimizationBarrier,
+		compute.OpTypeRNGBitGenerator,
 
 		compute.OpTypeReduceSum, compute.OpTypeReduceProduct, compute.OpTypeReduceMax, compute.OpTypeReduceMin,
 		compute.OpTypeReduceLogicalOr, compute.OpTypeReduceLogicalAnd, compute.OpTypeReduceLogicalXor,

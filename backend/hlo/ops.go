@@ -529,3 +529,17 @@ func (f *Function) OptimizationBarrier(operands ...compute.Value) ([]compute.Val
 	}
 	return f.wrapAll(outs), nil
 }
+
+// RNGBitGenerator implements compute.StandardOps with the Philox algorithm, whose state
+// is GoMLX's [3]uint64 (compute.RNGStateShape). Its bits differ from the Go backend's.
+func (f *Function) RNGBitGenerator(state compute.Value, shape shapes.Shape) (newState, values compute.Value, err error) {
+	vs, err := f.operands(state)
+	if err != nil {
+		return nil, nil, opError(compute.OpTypeRNGBitGenerator, err)
+	}
+	s, v, err := stablehlo.RNGBitGenerator(vs[0], toXLA(shape), types.RNGPhilox)
+	if err != nil {
+		return nil, nil, opError(compute.OpTypeRNGBitGenerator, err)
+	}
+	return f.wrap(s), f.wrap(v), nil
+}

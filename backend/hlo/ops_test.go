@@ -178,3 +178,13 @@ func TestExecuteFailsWhenBuildOnly(t *testing.T) {
 	err = exceptions.TryCatch[error](func() { exec.MustExec([]float32{1, 2}) })
 	require.ErrorIs(t, err, hlo.ErrBuildOnly)
 }
+
+func TestRandomNormal(t *testing.T) {
+	// model.NewRandom's weights: random bits from a [3]uint64 state.
+	text := build(t, []shapes.Shape{compute.RNGStateShape}, func(g *Graph, in []*Node) []*Node {
+		state, values := RandomNormal(in[0], f32(4, 8))
+		return []*Node{state, values}
+	})
+	requireOp(t, text, "rng_bit_generator", "3xui64>, tensor<4x8xui32")
+	requireOp(t, text, "log", "4x8xf32")
+}
