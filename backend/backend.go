@@ -172,16 +172,16 @@ func MinWindow(b compute.Backend) int {
 	return 1
 }
 
-// hloName is the name of our own StableHLO backend (package backend/hlo, which needs
+// ownXLAName is the name of our own StableHLO backend (package backend/hlo, which needs
 // cgo, so it is not referenced here).
-const hloName = "hlo"
+const ownXLAName = "bdxla"
 
 // AsksForFusedAttention reports whether half-precision attention without a cache
 // should ask b for its fused scaled-dot-product attention by default (see
 // model.PrefillAttentionAuto): yes on XLA, whose CUDA plugin runs cuDNN flash attention;
 // no on the Go backend, whose fused op is a scalar loop 7-10x slower than the plain
-// path, nor on the hlo backend, which has none.
+// path, nor on our own StableHLO backend ("bdxla", package backend/hlo), which has none.
 func AsksForFusedAttention(b compute.Backend) bool {
 	name := b.String()
-	return name != gobackend.BackendName && name != hloName
+	return name != gobackend.BackendName && name != ownXLAName
 }

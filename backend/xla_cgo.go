@@ -5,11 +5,7 @@ package backend
 import (
 	_ "github.com/gomlx/go-xla/compute/xla" // Registers the "xla" backend.
 
-	"github.com/blockdiff/blockdiff/backend/hlo"
+	_ "github.com/blockdiff/blockdiff/backend/hlo" // Registers our "bdxla" backend.
 )
 
 const xlaAvailable = true
-
-// go-xla registers its backend under "hlo" too, as an alias of "xla"; this package's
-// init runs after both packages', so "hlo" ends up naming ours.
-func init() { hlo.Register() }

@@ -10,10 +10,9 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo"
 )
 
-// "hlo" names our backend, not go-xla's alias of "xla": only ours reports a missing
-// plugin this way.
-func TestHLOIsOurBackend(t *testing.T) {
-	_, err := NewWithConfig("hlo:/nonexistent/plugin.so")
+// "bdxla" names our backend: only ours reports a missing plugin this way.
+func TestBDXLAIsOurBackend(t *testing.T) {
+	_, err := NewWithConfig("bdxla:/nonexistent/plugin.so")
 	require.ErrorContains(t, err, "hlo: loading the PJRT plugin")
 }
 

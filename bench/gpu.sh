@@ -52,7 +52,7 @@ hlo() {
   section "hlo backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 80 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/hlo.log" | head -40
-  GOMLX_BACKEND="hlo:$plugin,notf32" timeout 60 .gpu/bin/model.test -test.v \
+  GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 60 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
 }

@@ -19,10 +19,10 @@ type PrefillAttention int
 
 const (
 	// PrefillAttentionAuto, the default, asks for the backend's fused attention when the
-	// compute dtype is bfloat16, except on the Go and hlo backends (see
+	// compute dtype is bfloat16, except on the Go backend and ours ("bdxla", see
 	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
 	// plugin the fused op is cuDNN flash attention; XLA's CPU plugin declines it and the
-	// plain path runs. The hlo backend has no fused op. Float32 models keep the plain path
+	// plain path runs. Our StableHLO backend has no fused op. Float32 models keep the plain path
 	// (XLA's fused op is half-precision only). The Go backend's fused op (float32 only)
 	// is a scalar loop, 7-10x slower than the plain path on a 512-token prefill.
 	PrefillAttentionAuto PrefillAttention = iota

@@ -14,21 +14,16 @@ import (
 	"github.com/gomlx/go-xla/pjrt"
 )
 
-// BackendName is the name the backend registers under with [compute.Register].
-const BackendName = "hlo"
+// BackendName is the name the backend registers under with [compute.Register]
+// (go-xla registers its own backend as "xla" and under the aliases "hlo", "shlo" and
+// "stablehlo", so ours needs a name of its own).
+const BackendName = "bdxla"
 
 // ErrBuildOnly is returned where a backend made by [NewBuildOnly] would have to run
 // something.
 var ErrBuildOnly = errors.New("hlo: this backend only builds programs (NewBuildOnly); it cannot run them")
 
-func init() { Register() }
-
-// Register registers the backend as "hlo" with [compute.Register]. The package's init
-// calls it. go-xla's compute/xla package registers its own backend under "hlo" too (an
-// alias of "xla"), and Go initialises packages that do not import each other in import
-// path order, so a program that imports both must call Register again afterwards, from
-// a package that imports both (as blockdiff's backend package does).
-func Register() {
+func init() {
 	compute.Register(BackendName, func(config string) (compute.Backend, error) {
 		b, err := New(config)
 		if err != nil {
@@ -57,7 +52,7 @@ var _ compute.Backend = (*Backend)(nil)
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
-		return nil, errors.New("hlo: the configuration must name a PJRT plugin (hlo:/path/to/plugin.so)")
+		return nil, errors.New("hlo: the configuration must name a PJRT plugin (bdxla:/path/to/plugin.so)")
 	}
 	options, noTF32, err := parseOptions(optionList)
 	if err != nil {
@@ -114,18 +109,18 @@ func parseOptions(list string) (options pjrt.NamedValuesMap, noTF32 bool, err er
 // buildOnly reports whether b was made by NewBuildOnly.
 func (b *Backend) buildOnly() bool { return b.client == nil }
 
-// Name returns "hlo".
+// Name returns "bdxla".
 func (b *Backend) Name() string { return BackendName }
 
-// String returns "hlo".
+// String returns "bdxla".
 func (b *Backend) String() string { return BackendName }
 
 // Description names the plugin and its platform.
 func (b *Backend) Description() string {
 	if b.buildOnly() {
-		return "hlo (build-only: StableHLO programs, no PJRT plugin)"
+		return "bdxla (build-only: StableHLO programs, no PJRT plugin)"
 	}
-	return fmt.Sprintf("hlo (StableHLO on PJRT %s, platform %s)", b.plugin, b.client.Platform())
+	return fmt.Sprintf("bdxla (StableHLO on PJRT %s, platform %s)", b.plugin, b.client.Platform())
 }
 
 // NumDevices returns 1: only the plugin's first device is used.

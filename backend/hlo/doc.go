@@ -1,4 +1,4 @@
-// Package hlo is a GoMLX compute backend, registered as "hlo", that builds each program
+// Package hlo is a GoMLX compute backend, registered as "bdxla", that builds each program
 // as StableHLO with go-xla's public stablehlo package and compiles and runs it on a
 // PJRT plugin through go-xla's public pjrt package.
 //
