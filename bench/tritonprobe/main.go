@@ -35,6 +35,8 @@ import (
 	"github.com/gomlx/go-xla/stablehlo"
 	"github.com/gomlx/go-xla/types"
 	"github.com/gomlx/go-xla/types/shapes"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 var (
@@ -63,24 +65,15 @@ var allShapes = []layerShape{
 // rowCounts are the rows of x: the AR step's token and the denoise step's 4.
 var rowCounts = []int{1, 4}
 
-// tile is how a Triton kernel splits the work: each program computes bn outputs of
-// every row, in K steps of bk; stages > 1 pipelines the loads that many steps deep.
-type tile struct{ bn, bk, stages int }
-
-func (t tile) String() string { return fmt.Sprintf("%dx%d/s%d", t.bn, t.bk, t.stages) }
-
-// tiles are those tried per row count, each with at most 64 float32 accumulators per
-// thread (m × bn × bk / 128): first one not pipelined (at 1 row, the tile of the
-// kernel that ran), then it pipelined, then twice the rows for half the K step. Each
-// program reads all of x, m/bn of its W bytes, again from L2: hence bn 8 and 16 at 4
-// rows, not 4.
-var tiles = map[int][]tile{
-	1: {{8, 512, 1}, {8, 512, 3}, {16, 256, 3}},
-	4: {{8, 256, 1}, {8, 256, 3}, {16, 128, 3}},
+// tiles are the GEMV tiles tried per row count, each within triton.MaxAccumulators
+// float32 accumulators per thread (m × bn × bk / 128): first one not pipelined (at 1
+// row, the tile of the kernel that ran), then it pipelined, then twice the rows for
+// half the K step. Each program reads all of x, m/bn of its W bytes, again from L2:
+// hence bn 8 and 16 at 4 rows, not 4.
+var tiles = map[int][]triton.Tile{
+	1: {{BN: 8, BK: 512, Stages: 1}, {BN: 8, BK: 512, Stages: 3}, {BN: 16, BK: 256, Stages: 3}},
+	4: {{BN: 8, BK: 256, Stages: 1}, {BN: 8, BK: 256, Stages: 3}, {BN: 16, BK: 128, Stages: 3}},
 }
-
-// warps per Triton program.
-const warps = 4
 
 // streamBytes is how many bytes of copies of W each timed loop cycles through: well
 // over the H200's 50 MB L2, so that every call streams its W from HBM, as the calls
@@ -160,23 +153,6 @@ func failed(what string, err error) {
 	fmt.Fprintf(os.Stderr, "%s: FAILED: %v\n", what, err)
 }
 
-// tritonCall is the custom call running kernel name of the TTIR module ir on the
-// operands, writing outputs: XLA passes the operands' and then the outputs' buffers as
-// the kernel's pointer arguments. Its backend config is the MLIR dictionary that XLA's
-// TritonCall::Parse reads.
-func tritonCall(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
-	config := fmt.Sprintf(`{name = "%s", ir = "%s", num_stages = %d : i32, num_warps = %d : i32, `+
-		`grid_x = %d : i32, grid_y = 1 : i32, grid_z = 1 : i32, debug = false}`,
-		name, mlirEscape(ir), stages, warps, grid)
-	return stablehlo.CustomCallV2("__gpu$xla.gpu.triton", config, operands, nil, outputs, nil)
-}
-
-// mlirEscape escapes s for an MLIR string literal: quotes and backslashes as hex
-// escapes, newlines as \0A.
-func mlirEscape(s string) string {
-	return strings.NewReplacer(`\`, `\5C`, `"`, `\22`, "\n", `\0A`).Replace(s)
-}
-
 const scaleTTIR = `module {
   tt.func public @scale(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
     %two = arith.constant dense<2.000000e+00> : tensor<1024xf32>
@@ -198,7 +174,7 @@ func scaleProgram() *stablehlo.Builder {
 	b := stablehlo.New("triton_scale")
 	fn := b.Main()
 	x := must(fn.NamedInput("x", shape))
-	y := must(tritonCall("scale", scaleTTIR, 1, 4, 1, []*stablehlo.Value{x}, shape))
+	y := must(triton.Call("scale", scaleTTIR, 1, triton.Warps, 1, []*stablehlo.Value{x}, shape))
 	check("scale return", fn.Return(y[0]))
 	return b
 }
@@ -227,110 +203,6 @@ func probeScale(client *pjrt.Client) bool {
 	return true
 }
 
-// gemmTTIR is y[:, n0:n0+bn] = x·W[n0:n0+bn, :]ᵀ for the program's n0, W [n, k] bf16
-// row-major, x [m, k] bf16, y [m, n] bf16. It is the 1-row kernel that ran first with a
-// loop over x's rows written out: each K step loads the [bn, bk] W tile once and
-// multiplies it into one [bn, bk] float32 accumulator per row, reduced over K at the
-// end. A tile of stages > 1 marks the K loop with tt.num_stages: without it, Triton
-// pipelines no load of a loop that has no tt.dot.
-func gemmTTIR(m, n, k int, t tile) string {
-	var b strings.Builder
-	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
-	// offsets of its x and y rows, $acc its accumulator after the loop.
-	perRow := func(text string) {
-		for i := range m {
-			acc := fmt.Sprintf("%%acc#%d", i)
-			if m == 1 {
-				acc = "%acc"
-			}
-			b.WriteString(strings.NewReplacer("$m", fmt.Sprint(i), "$xoff", fmt.Sprint(i*k),
-				"$yoff", fmt.Sprint(i*n), "$acc", acc).Replace(text))
-		}
-	}
-	// rowList joins format over the rows, %d the row.
-	rowList := func(format string) string {
-		items := make([]string, m)
-		for i := range items {
-			items[i] = fmt.Sprintf(format, i)
-		}
-		return strings.Join(items, ", ")
-	}
-	accs := "%acc"
-	if m > 1 {
-		accs = fmt.Sprintf("%%acc:%d", m)
-	}
-	loopAttr := ""
-	if t.stages > 1 {
-		loopAttr = fmt.Sprintf(" {tt.num_stages = %d : i32}", t.stages)
-	}
-	accType := fmt.Sprintf("tensor<%dx%dxf32>", t.bn, t.bk)
-
-	b.WriteString(`module {
-  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
-    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
-    %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
-    %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
-    %rowoff = arith.muli %rows, %Ks : tensor<$BNxi32>
-    %rowoff2 = tt.expand_dims %rowoff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
-    %rowoffb = tt.broadcast %rowoff2 : tensor<$BNx1xi32> -> tensor<$BNx$BKxi32>
-    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
-    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
-    %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
-    %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
-    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
-    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
-    %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
-`)
-	perRow(`    %xo$m = arith.constant dense<$xoff> : tensor<$BKxi32>
-    %xrow$m = tt.addptr %xp0, %xo$m : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
-`)
-	b.WriteString(`    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
-    $ACCS = scf.for %k = %c0 to %cK step %cBK iter_args($ITERARGS) -> ($TYPES) : i32 {
-      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
-`)
-	perRow(`      %xk$m = tt.addptr %xrow$m, %kx : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
-      %xv$m = tt.load %xk$m : tensor<$BKx!tt.ptr<bf16>>
-      %xf$m = arith.extf %xv$m : tensor<$BKxbf16> to tensor<$BKxf32>
-      %xe$m = tt.expand_dims %xf$m {axis = 0 : i32} : tensor<$BKxf32> -> tensor<1x$BKxf32>
-      %xb$m = tt.broadcast %xe$m : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
-      %p$m = arith.mulf %wf, %xb$m : tensor<$BNx$BKxf32>
-      %s$m = arith.addf %a$m, %p$m : tensor<$BNx$BKxf32>
-`)
-	b.WriteString(`      scf.yield $YIELDS : $TYPES
-    }$LOOPATTR
-    %ybase = tt.splat %y : !tt.ptr<bf16> -> tensor<$BNx!tt.ptr<bf16>>
-`)
-	perRow(`    %sum$m = "tt.reduce"($acc) <{axis = 1 : i32}> ({
-    ^bb0(%l$m: f32, %r$m: f32):
-      %t$m = arith.addf %l$m, %r$m : f32
-      tt.reduce.return %t$m : f32
-    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
-    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>
-    %yo$m = arith.constant dense<$yoff> : tensor<$BNxi32>
-    %yr$m = arith.addi %rows, %yo$m : tensor<$BNxi32>
-    %yp$m = tt.addptr %ybase, %yr$m : tensor<$BNx!tt.ptr<bf16>>, tensor<$BNxi32>
-    tt.store %yp$m, %yt$m : tensor<$BNx!tt.ptr<bf16>>
-`)
-	b.WriteString(`    tt.return
-  }
-}`)
-	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.bn), "$BK", fmt.Sprint(t.bk),
-		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
-		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", loopAttr).Replace(b.String())
-}
-
 // gemmFunc appends y [m, n] bf16 = x·Wᵀ to x's function, x [m, k] and W [n, k] bf16.
 type gemmFunc func(x, w *stablehlo.Value) *stablehlo.Value
 
@@ -339,12 +211,10 @@ func xlaGEMM(x, w *stablehlo.Value) *stablehlo.Value {
 	return must(stablehlo.DotGeneral(x, []int{1}, nil, w, []int{1}, nil).OutputDType(dtypes.BFloat16).Done())
 }
 
-// tritonGEMM is gemmTTIR's kernel of tile t, one program per bn rows of W.
-func tritonGEMM(t tile) gemmFunc {
+// tritonGEMM is package triton's GEMV kernel of tile t, bf16 output.
+func tritonGEMM(t triton.Tile) gemmFunc {
 	return func(x, w *stablehlo.Value) *stablehlo.Value {
-		m, k, n := x.Shape().Dimensions[0], x.Shape().Dimensions[1], w.Shape().Dimensions[0]
-		return must(tritonCall("gemm", gemmTTIR(m, n, k, t), n/t.bn, warps, t.stages,
-			[]*stablehlo.Value{x, w}, shapes.Make(dtypes.BFloat16, m, n)))[0]
+		return must(triton.GEMV(x, w, t, dtypes.BFloat16))
 	}
 }
 
@@ -433,7 +303,7 @@ func printPrograms(run []layerShape) {
 			show(gemmPrograms(s, m, "xla", xlaGEMM))
 			for _, t := range tiles[m] {
 				fmt.Printf("// TTIR of %s at %d rows, tile %v:\n//   %s\n", s.name, m, t,
-					strings.ReplaceAll(gemmTTIR(m, s.n, s.k, t), "\n", "\n//   "))
+					strings.ReplaceAll(must(triton.GEMVTTIR(m, s.n, s.k, t, dtypes.BFloat16)), "\n", "\n//   "))
 				show(gemmPrograms(s, m, tileLabel(t), tritonGEMM(t)))
 			}
 		}
@@ -444,7 +314,7 @@ func printPrograms(run []layerShape) {
 }
 
 // tileLabel names t's programs.
-func tileLabel(t tile) string { return fmt.Sprintf("triton_%dx%d_s%d", t.bn, t.bk, t.stages) }
+func tileLabel(t triton.Tile) string { return fmt.Sprintf("triton_%dx%d_s%d", t.BN, t.BK, t.Stages) }
 
 // timing is one shape's time per GEMM call at one row count.
 type timing struct {
@@ -500,17 +370,17 @@ func probeGEMMs(client *pjrt.Client, run []layerShape) bool {
 	}
 	fmt.Printf("the GEMMs of one step, %s (%d calls):\n", strings.Join(terms, " + "), calls)
 	for _, m := range rowCounts {
-		var xla, triton time.Duration
+		var xla, tritonSum time.Duration
 		complete := true // every shape has a Triton time
 		for i, s := range run {
 			t := times[m][i]
 			xla += time.Duration(s.perStep) * t.xla
-			triton += time.Duration(s.perStep) * t.triton
+			tritonSum += time.Duration(s.perStep) * t.triton
 			complete = complete && t.triton > 0
 		}
 		tri := "n/a"
 		if complete {
-			tri = fmt.Sprintf("%.3f ms (%.2fx)", ms(triton), float64(triton)/float64(xla))
+			tri = fmt.Sprintf("%.3f ms (%.2fx)", ms(tritonSum), float64(tritonSum)/float64(xla))
 		}
 		fmt.Printf("  M=%d: XLA %.3f ms, Triton %s; of each, up to %.3f ms is loop overhead\n",
 			m, ms(xla), tri, ms(time.Duration(calls)*loopCost[m]))

@@ -1,0 +1,53 @@
+//go:build cgo && !noxla
+
+package triton
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
+	"github.com/gomlx/go-xla/types/shapes"
+)
+
+// Target is the custom call of XLA's GPU plugin that runs a Triton kernel.
+const Target = "__gpu$xla.gpu.triton"
+
+// Call is the custom call running kernel name of the TTIR module ir on the operands,
+// writing outputs, on a grid of grid programs of warps warps, its loops pipelined
+// stages deep: XLA passes the operands' and then the outputs' buffers as the kernel's
+// pointer arguments. Its backend config is the MLIR dictionary that XLA's
+// TritonCall::Parse reads. No layouts are given: operands and outputs are row-major.
+func Call(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
+	config := fmt.Sprintf(`{name = "%s", ir = "%s", num_stages = %d : i32, num_warps = %d : i32, `+
+		`grid_x = %d : i32, grid_y = 1 : i32, grid_z = 1 : i32, debug = false}`,
+		name, mlirEscape(ir), stages, warps, grid)
+	return stablehlo.CustomCallV2(Target, config, operands, nil, outputs, nil)
+}
+
+// mlirEscape escapes s for an MLIR string literal: quotes and backslashes as hex
+// escapes, newlines as \0A.
+func mlirEscape(s string) string {
+	return strings.NewReplacer(`\`, `\5C`, `"`, `\22`, "\n", `\0A`).Replace(s)
+}
+
+// GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] and w [n, k]
+// bfloat16: GEMVTTIR's kernel of tile t, one program per t.BN rows of w.
+func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
+	xs, ws := x.Shape(), w.Shape()
+	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.BFloat16 || ws.DType != dtypes.BFloat16 ||
+		xs.Dimensions[1] != ws.Dimensions[1] {
+		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] and w [n, k], both bfloat16", xs, ws)
+	}
+	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
+	ir, err := GEMVTTIR(m, n, k, t, out)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := Call("gemm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+	if err != nil {
+		return nil, err
+	}
+	return ys[0], nil
+}
