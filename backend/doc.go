@@ -6,7 +6,8 @@
 //  1. BLOCKDIFF_PJRT_PLUGIN: the absolute path of a PJRT plugin (.so) to load with XLA.
 //  2. GOMLX_BACKEND: any GoMLX backend configuration, used as given (e.g. "go",
 //     "xla:/path/to/plugin.so,preallocate=true", or "bdxla:/path/to/plugin.so" for our own
-//     StableHLO backend, package backend/hlo, not yet validated on a GPU).
+//     StableHLO backend, package backend/hlo, not yet validated on a GPU; its option
+//     triton=gemv runs small-row dense products as our own Triton kernel).
 //  3. Auto-detection of the CUDA plugin of the `jax-cuda13-pjrt` Python package
 //     (jax_plugins/xla_cuda13/xla_cuda_plugin.so) in the machine's Python
 //     site-packages folders, when an NVIDIA device is present.

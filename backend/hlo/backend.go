@@ -36,25 +36,32 @@ func init() {
 // Backend runs programs built as StableHLO on the first device of a PJRT plugin. It
 // implements [compute.Backend].
 type Backend struct {
-	plugin    *pjrt.Plugin // nil for a build-only backend
-	client    *pjrt.Client // nil for a build-only backend
-	device    *pjrt.Device // the device every buffer and execution uses
-	noTF32    bool         // float32 dot products at full precision (option "notf32")
-	finalized bool
+	plugin     *pjrt.Plugin // nil for a build-only backend
+	client     *pjrt.Client // nil for a build-only backend
+	device     *pjrt.Device // the device every buffer and execution uses
+	noTF32     bool         // float32 dot products at full precision (option "notf32")
+	tritonGEMV bool         // dense products of 1-4 bf16 rows run our Triton GEMV (option "triton=gemv", gemv.go)
+	finalized  bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
 
 // New loads the PJRT plugin that config names (a path, or a name pjrt resolves), with
-// options after commas: "preallocate=<bool>" for the client, and "notf32", which makes
-// float32 dot products run at full precision (XLA's GPU default rounds their inputs to
-// TF32; the float32 fixture tests need exact products).
+// options after commas:
+//   - "preallocate=<bool>", the client's;
+//   - "notf32", which makes float32 dot products run at full precision (XLA's GPU default
+//     rounds their inputs to TF32; the float32 fixture tests need exact products);
+//   - "triton=gemv", which lowers dense products of 1 to 4 bfloat16 rows (x [..., K]
+//     times W [N, K]ᵀ, as model/linear.go's) to our own Triton GEMV kernel (package
+//     backend/hlo/triton) instead of stablehlo.dot_general; see [Function.DotGeneral].
+//
+// Unknown options, and values of triton other than gemv, are errors.
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
 		return nil, errors.New("hlo: the configuration must name a PJRT plugin (bdxla:/path/to/plugin.so)")
 	}
-	options, noTF32, err := parseOptions(optionList)
+	opts, err := parseOptions(optionList)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +69,7 @@ func New(config string) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hlo: loading the PJRT plugin %q: %w", path, err)
 	}
-	client, err := plugin.NewClient(options)
+	client, err := plugin.NewClient(opts.client)
 	if err != nil {
 		return nil, fmt.Errorf("hlo: creating a client of %s: %w", plugin, err)
 	}
@@ -71,7 +78,9 @@ func New(config string) (*Backend, error) {
 		_ = client.Destroy()
 		return nil, fmt.Errorf("hlo: %s has no addressable device", plugin)
 	}
-	return &Backend{plugin: plugin, client: client, device: devices[0], noTF32: noTF32}, nil
+	b := &Backend{plugin: plugin, client: client, device: devices[0]}
+	opts.apply(b)
+	return b, nil
 }
 
 // NewBuildOnly returns a backend that builds programs but runs none: it needs no
@@ -80,10 +89,34 @@ func New(config string) (*Backend, error) {
 // without an accelerator check that programs build.
 func NewBuildOnly() *Backend { return &Backend{} }
 
-// parseOptions reads the options of a configuration: the client's, and notf32.
-func parseOptions(list string) (options pjrt.NamedValuesMap, noTF32 bool, err error) {
+// NewBuildOnlyWith is [NewBuildOnly] with the options of a configuration (what follows
+// the plugin's path in [New]'s, e.g. "triton=gemv"), so that the programs they change
+// can be read without a plugin. The client's options are checked but unused.
+func NewBuildOnlyWith(options string) (*Backend, error) {
+	opts, err := parseOptions(options)
+	if err != nil {
+		return nil, err
+	}
+	b := NewBuildOnly()
+	opts.apply(b)
+	return b, nil
+}
+
+// options are the options of a configuration.
+type options struct {
+	client     pjrt.NamedValuesMap // the client's (preallocate), nil if none
+	noTF32     bool                // "notf32"
+	tritonGEMV bool                // "triton=gemv"
+}
+
+// apply sets the options that change how b builds programs.
+func (o options) apply(b *Backend) { b.noTF32, b.tritonGEMV = o.noTF32, o.tritonGEMV }
+
+// parseOptions reads the options of a configuration, comma-separated.
+func parseOptions(list string) (options, error) {
+	var o options
 	if list == "" {
-		return nil, false, nil
+		return o, nil
 	}
 	for option := range strings.SplitSeq(list, ",") {
 		key, value, _ := strings.Cut(option, "=")
@@ -91,19 +124,24 @@ func parseOptions(list string) (options pjrt.NamedValuesMap, noTF32 bool, err er
 		case "preallocate":
 			b, err := strconv.ParseBool(value)
 			if err != nil {
-				return nil, false, fmt.Errorf("hlo: option %q: %w", option, err)
+				return options{}, fmt.Errorf("hlo: option %q: %w", option, err)
 			}
-			if options == nil {
-				options = pjrt.NamedValuesMap{}
+			if o.client == nil {
+				o.client = pjrt.NamedValuesMap{}
 			}
-			options[key] = b
+			o.client[key] = b
 		case "notf32":
-			noTF32 = true
+			o.noTF32 = true
+		case "triton":
+			if value != "gemv" {
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv)", option, value)
+			}
+			o.tritonGEMV = true
 		default:
-			return nil, false, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv)", option)
 		}
 	}
-	return options, noTF32, nil
+	return o, nil
 }
 
 // buildOnly reports whether b was made by NewBuildOnly.

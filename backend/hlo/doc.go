@@ -2,21 +2,31 @@
 // as StableHLO with go-xla's public stablehlo package and compiles and runs it on a
 // PJRT plugin through go-xla's public pjrt package.
 //
-// It exists so that chosen operations can later be lowered to our own kernels (XLA's
-// __gpu$xla.gpu.triton custom call, see bench/tritonprobe), which GoMLX's graph API and
-// go-xla's own backend cannot emit. For now every operation is plain StableHLO, op for
-// op; fused operations GoMLX can decompose (softmax, scaled dot-product attention, …)
-// are declined with [compute.ErrNotImplemented] so that GoMLX decomposes them.
+// It exists so that chosen operations can be lowered to our own kernels (XLA's
+// __gpu$xla.gpu.triton custom call, package backend/hlo/triton), which GoMLX's graph API
+// and go-xla's own backend cannot emit. Every operation is plain StableHLO, op for op,
+// except dense products with option triton=gemv (below); fused operations GoMLX can
+// decompose (softmax, scaled dot-product attention, …) are declined with
+// [compute.ErrNotImplemented] so that GoMLX decomposes them.
 //
-// Its configuration is the PJRT plugin's path (or name), optionally followed by
-// ",preallocate=<bool>" for the client and ",notf32" for float32 dot products at full
-// precision. Only the plugin's first
-// device is used. [NewBuildOnly] makes a backend that builds programs without a plugin,
-// for tests and for reading the StableHLO of a program ([Program]).
+// Its configuration is the PJRT plugin's path (or name), optionally followed by options
+// after commas (see [New]): "preallocate=<bool>" for the client, "notf32" for float32
+// dot products at full precision, and "triton=gemv", which runs dense products of 1 to 4
+// bfloat16 rows (x [..., K] · W [N, K]ᵀ, model/linear.go's, in the 4-token denoise step
+// and the padded AR step) as our own Triton GEMV kernel instead of
+// stablehlo.dot_general; its tiles are provisional until bench/gpu.sh's triton section
+// has timed them (gemv.go). For example:
+//
+//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv"
+//
+// Only the plugin's first device is used. [NewBuildOnly] and [NewBuildOnlyWith] make a
+// backend that builds programs without a plugin, for tests and for reading the
+// StableHLO of a program ([Program]).
 //
 // Status: built and unit-tested on CPU for program construction (the programs of the
-// model, the cached windows and the decoder's loops build); not yet validated on a GPU
-// (see TestCompareWithGo, which needs BLOCKDIFF_PJRT_PLUGIN).
+// model, the cached windows and the decoder's loops build, and which products
+// triton=gemv lowers); not yet validated on a GPU (see gpu_test.go, whose tests need
+// BLOCKDIFF_PJRT_PLUGIN).
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo

@@ -79,6 +79,46 @@ func TestModelProgramsBuild(t *testing.T) {
 	}
 }
 
+// With triton=gemv, a bf16 fixture model's cached window of 4 positions at batch 1
+// (the denoise step) runs every dense layer, and the head, as our Triton GEMV of 4
+// rows; attention's products (batch axes) stay dot_generals. Without the option there
+// is no Triton call.
+func TestTritonGEMVInModels(t *testing.T) {
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			window := func(b *hlo.Backend) string {
+				m, err := model.Load(b, dir, model.LoadOptions{})
+				require.NoError(t, err)
+				defer func() { require.NoError(t, m.Close()) }()
+				require.Equal(t, dtypes.BFloat16, m.DType)
+				inputs := []shapes.Shape{i32(1, 4), i32(1)}
+				for range 2 * m.Config.NumLayers {
+					inputs = append(inputs, m.CacheShape(1, 32))
+				}
+				return programText(t, m, "window4", inputs, func(w *model.Weights, in []*Node) []*Node {
+					win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
+						WriteLen: Const(in[0].Graph(), []int32{4})}
+					out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+					return append([]*Node{out}, cache.Nodes()...)
+				})
+			}
+			plain, lowered := window(hlo.NewBuildOnly()), window(tritonOnly(t))
+			require.Empty(t, tritonCalls(plain))
+			dense, batched := denseDots(plain)
+			require.Positive(t, dense)
+			calls := tritonCalls(lowered)
+			require.Len(t, calls, dense, "every dense product is lowered")
+			loweredDense, loweredBatched := denseDots(lowered)
+			require.Zero(t, loweredDense, "a dense dot_general is left")
+			require.Equal(t, batched, loweredBatched, "attention's products are kept")
+			for _, c := range calls {
+				require.Contains(t, c, "-> tensor<4x", "4 rows")
+			}
+			t.Logf("%d dense products lowered, %d batched products kept", dense, batched)
+		})
+	}
+}
+
 // requireProgram checks that text is a StableHLO module with a main function that
 // multiplies matrices and returns the logits type among its results.
 func requireProgram(t *testing.T, text, logits string) {

@@ -329,13 +329,17 @@ func (f *Function) CumSum(x compute.Value, axis int, options compute.CumSumOptio
 
 // DotGeneral implements compute.StandardOps. The accumulator dtype (else the output
 // dtype) is StableHLO's preferred element type; an output dtype other than the
-// accumulator's is a conversion after.
+// accumulator's is a conversion after. With option triton=gemv, dense products of 1-4
+// bfloat16 rows run our Triton GEMV instead (see tritonGEMV, in gemv.go).
 func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs compute.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (compute.Value, error) {
 	op := compute.OpTypeDotGeneral
 	vs, err := f.operands(lhs, rhs)
 	if err != nil {
 		return nil, opError(op, err)
+	}
+	if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes, config); ok {
+		return f.result(op, v, err)
 	}
 	preferred := vs[0].Shape().DType
 	if config.AccumulatorDType != dtypes.InvalidDType {

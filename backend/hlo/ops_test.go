@@ -14,13 +14,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 // build builds a graph of the given inputs on a build-only backend and returns its
 // StableHLO text.
 func build(t *testing.T, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) string {
 	t.Helper()
-	g := NewGraph(hlo.NewBuildOnly(), t.Name())
+	return buildOn(t, hlo.NewBuildOnly(), inputs, fn)
+}
+
+// buildOn is build on the build-only backend b.
+func buildOn(t *testing.T, b *hlo.Backend, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) string {
+	t.Helper()
+	g := NewGraph(b, t.Name())
 	err := exceptions.TryCatch[error](func() {
 		in := make([]*Node, len(inputs))
 		for i, s := range inputs {
@@ -50,25 +57,35 @@ func requireOp(t *testing.T, text, op, result string) {
 }
 
 // opResults returns the result types of every op named op in text: what follows "->"
-// on the first line at the op's indentation, from its own, with a signature (ops with
-// attributes or regions span several lines).
+// on the last line of its text (see opTexts).
 func opResults(text, op string) []string {
 	var results []string
+	for _, o := range opTexts(text, op) {
+		_, after, _ := strings.Cut(o[strings.LastIndex(o, "\n")+1:], ") -> ")
+		results = append(results, after)
+	}
+	return results
+}
+
+// opTexts returns the text of every op named op in text: from its line to the first
+// line at the op's indentation with its signature, ") -> " (ops with attributes or
+// regions span several lines).
+func opTexts(text, op string) []string {
+	var ops []string
 	lines := strings.Split(text, "\n")
 	for i, line := range lines {
 		if !strings.Contains(line, `"stablehlo.`+op+`"`) {
 			continue
 		}
 		indent := len(line) - len(strings.TrimLeft(line, " "))
-		for _, l := range lines[i:] {
+		for j, l := range lines[i:] {
 			if len(l)-len(strings.TrimLeft(l, " ")) == indent && strings.Contains(l, ") -> ") {
-				_, after, _ := strings.Cut(l, ") -> ")
-				results = append(results, after)
+				ops = append(ops, strings.Join(lines[i:i+j+1], "\n"))
 				break
 			}
 		}
 	}
-	return results
+	return ops
 }
 
 func f32(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
@@ -187,4 +204,137 @@ func TestRandomNormal(t *testing.T) {
 	})
 	requireOp(t, text, "rng_bit_generator", "3xui64>, tensor<4x8xui32")
 	requireOp(t, text, "log", "4x8xf32")
+}
+
+// tritonOnly returns a build-only backend with option triton=gemv.
+func tritonOnly(t *testing.T) *hlo.Backend {
+	t.Helper()
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	return b
+}
+
+// tritonCalls returns the texts of text's custom calls of our Triton kernels.
+func tritonCalls(text string) []string {
+	var calls []string
+	for _, c := range opTexts(text, "custom_call") {
+		if strings.Contains(c, `call_target_name = "`+triton.Target+`"`) {
+			calls = append(calls, c)
+		}
+	}
+	return calls
+}
+
+// denseDots splits text's dot_generals into those without batch axes (the dense
+// layers: the lowered kind) and those with (attention).
+func denseDots(text string) (dense, batched int) {
+	for _, d := range opTexts(text, "dot_general") {
+		if strings.Contains(d, "lhs_batching_dimensions = []") {
+			dense++
+		} else {
+			batched++
+		}
+	}
+	return dense, batched
+}
+
+// Which products are lowered, and how: the rows reshaped to [M, K] and back, the
+// output dtype of the dot's config, the tile's K step and grid; everything else stays
+// a dot_general.
+func TestTritonGEMVLowering(t *testing.T) {
+	bf16 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
+	// dense is model/linear.go's product, x [..., K] · w [N, K]ᵀ, with output dtype out
+	// (InvalidDType: the default, float32 for bf16 operands as GoMLX accumulates them).
+	dense := func(out dtypes.DType) func(g *Graph, in []*Node) []*Node {
+		return func(g *Graph, in []*Node) []*Node {
+			d := Dot(in[0], in[1])
+			if out != dtypes.InvalidDType {
+				d = d.WithOutputDType(out)
+			}
+			return []*Node{d.General([]int{in[0].Rank() - 1}, nil, []int{1}, nil)}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		inputs []shapes.Shape
+		fn     func(g *Graph, in []*Node) []*Node
+		result string   // the Triton call's result, "" if not lowered
+		want   []string // in the program
+	}{
+		{"4 rows, float32 output", []shapes.Shape{bf16(1, 4, 64), bf16(96, 64)}, dense(dtypes.Float32), "4x96xf32",
+			[]string{"tensor<1x4x64xbf16>) -> tensor<4x64xbf16>", "tensor<4x96xf32>) -> tensor<1x4x96xf32>",
+				"grid_x = 12 : i32", "%cBK = arith.constant 64 : i32", "!tt.ptr<f32>"}},
+		{"1 row, bf16 output", []shapes.Shape{bf16(2048), bf16(256, 2048)}, dense(dtypes.BFloat16), "1x256xbf16",
+			[]string{"tensor<1x256xbf16>) -> tensor<256xbf16>", "grid_x = 32 : i32", "%cBK = arith.constant 512 : i32",
+				"arith.truncf"}},
+		{"3 rows, default output", []shapes.Shape{bf16(3, 6144), bf16(2048, 6144)}, dense(dtypes.InvalidDType), "3x2048xf32",
+			[]string{"%cBK = arith.constant 256 : i32", "num_stages = 1 : i32"}},
+		{"K step halved to 32", []shapes.Shape{bf16(2, 2, 160), bf16(40, 160)}, dense(dtypes.Float32), "4x40xf32",
+			[]string{"%cBK = arith.constant 32 : i32", "grid_x = 5 : i32"}},
+		{"batch axes", []shapes.Shape{bf16(2, 3, 64), bf16(2, 96, 64)}, func(g *Graph, in []*Node) []*Node {
+			return []*Node{DotGeneral(in[0], []int{2}, []int{0}, in[1], []int{2}, []int{0})}
+		}, "", nil},
+		{"5 rows", []shapes.Shape{bf16(5, 64), bf16(96, 64)}, dense(dtypes.Float32), "", nil},
+		{"8 rows", []shapes.Shape{bf16(2, 4, 64), bf16(96, 64)}, dense(dtypes.Float32), "", nil},
+		{"float32 operands", []shapes.Shape{f32(4, 64), f32(96, 64)}, dense(dtypes.Float32), "", nil},
+		{"K not a multiple of 16", []shapes.Shape{bf16(4, 24), bf16(96, 24)}, dense(dtypes.Float32), "", nil},
+		{"N not a multiple of 8", []shapes.Shape{bf16(4, 64), bf16(36, 64)}, dense(dtypes.Float32), "", nil},
+		{"float16 output", []shapes.Shape{bf16(4, 64), bf16(96, 64)}, dense(dtypes.Float16), "", nil},
+		{"w [K, N]", []shapes.Shape{bf16(4, 64), bf16(64, 96)}, func(g *Graph, in []*Node) []*Node {
+			return []*Node{Dot(in[0], in[1]).General([]int{1}, nil, []int{0}, nil)}
+		}, "", nil},
+		{"x contracting its first axis", []shapes.Shape{bf16(64, 4), bf16(96, 64)}, func(g *Graph, in []*Node) []*Node {
+			return []*Node{Dot(in[0], in[1]).General([]int{0}, nil, []int{1}, nil)}
+		}, "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			text := buildOn(t, tritonOnly(t), c.inputs, c.fn)
+			calls := tritonCalls(text)
+			if c.result == "" {
+				require.Empty(t, calls)
+				require.Len(t, opTexts(text, "dot_general"), 1)
+				return
+			}
+			require.Len(t, calls, 1)
+			require.Empty(t, opTexts(text, "dot_general"))
+			requireOp(t, text, "custom_call", c.result)
+			for _, w := range c.want {
+				require.Contains(t, text, w)
+			}
+			// The same product without the option is a dot_general of the same result.
+			plain := build(t, c.inputs, c.fn)
+			require.Empty(t, tritonCalls(plain))
+			require.Len(t, opTexts(plain, "dot_general"), 1)
+			requireSameSignature(t, text, plain)
+		})
+	}
+}
+
+// requireSameSignature checks that two programs' main functions have the same
+// signature.
+func requireSameSignature(t *testing.T, a, b string) {
+	t.Helper()
+	signature := func(text string) string {
+		_, main, _ := strings.Cut(text, "func.func @main(")
+		s, _, _ := strings.Cut(main, "{\n")
+		return s
+	}
+	require.Equal(t, signature(b), signature(a))
+}
+
+// The lowering also applies inside a While's body (the decoder's loops).
+func TestTritonGEMVInWhile(t *testing.T) {
+	text := buildOn(t, tritonOnly(t), []shapes.Shape{shapes.Make(dtypes.BFloat16, 4, 64), shapes.Make(dtypes.BFloat16, 64, 64)},
+		func(g *Graph, in []*Node) []*Node {
+			cond := NewClosure(g, func(g *Graph) []*Node {
+				x := Parameter(g, "x", in[0].Shape())
+				return []*Node{LessThan(ReduceAllSum(ConvertDType(x, dtypes.Float32)), Const(g, float32(100)))}
+			})
+			body := NewClosure(g, func(g *Graph) []*Node {
+				x := Parameter(g, "x", in[0].Shape())
+				return []*Node{Dot(x, in[1]).WithOutputDType(dtypes.BFloat16).General([]int{1}, nil, []int{1}, nil)}
+			})
+			return While(cond, body, in[0])
+		})
+	require.Len(t, tritonCalls(text), 1, "in:\n%s", text)
 }

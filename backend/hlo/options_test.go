@@ -10,18 +10,30 @@ import (
 )
 
 func TestParseOptions(t *testing.T) {
-	options, noTF32, err := parseOptions("preallocate=false,notf32")
+	o, err := parseOptions("preallocate=false,notf32")
 	require.NoError(t, err)
-	require.Equal(t, pjrt.NamedValuesMap{"preallocate": false}, options)
-	require.True(t, noTF32)
+	require.Equal(t, options{client: pjrt.NamedValuesMap{"preallocate": false}, noTF32: true}, o)
 
-	options, noTF32, err = parseOptions("")
+	o, err = parseOptions("")
 	require.NoError(t, err)
-	require.Nil(t, options)
-	require.False(t, noTF32)
+	require.Equal(t, options{}, o)
 
-	_, _, err = parseOptions("preallocate=maybe")
+	o, err = parseOptions("triton=gemv")
+	require.NoError(t, err)
+	require.Equal(t, options{tritonGEMV: true}, o)
+
+	_, err = parseOptions("preallocate=maybe")
 	require.Error(t, err)
-	_, _, err = parseOptions("memory_fraction=0.5")
+	_, err = parseOptions("memory_fraction=0.5")
 	require.ErrorContains(t, err, "unknown option")
+	for _, bad := range []string{"triton", "triton=", "triton=gemm", "triton=GEMV"} {
+		_, err = parseOptions(bad)
+		require.ErrorContains(t, err, "unknown Triton kernels", bad)
+	}
+
+	b, err := NewBuildOnlyWith("notf32,triton=gemv")
+	require.NoError(t, err)
+	require.True(t, b.noTF32 && b.tritonGEMV && b.buildOnly())
+	_, err = NewBuildOnlyWith("triton=all")
+	require.Error(t, err)
 }

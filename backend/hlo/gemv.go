@@ -1,0 +1,113 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"slices"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
+	xshapes "github.com/gomlx/go-xla/types/shapes"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
+)
+
+// maxGEMVRows is the most rows (M) a product may have to run as our Triton GEMV: the
+// 4-token denoise step's and the AR step padded to 4 rows (backend.MinWindow).
+const maxGEMVRows = 4
+
+// minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
+const minGEMVStep = 16
+
+// gemvTiles is the Triton GEMV tile per row count. Provisional until `bash bench/gpu.sh
+// triton` has timed the probe's tiles on the H200: for now the unpipelined ones, as only
+// the 1-row 8×512 kernel has run on a GPU and no kernel pipelined with tt.num_stages
+// has; 8×256 at 2-4 rows keeps 4 rows within triton.MaxAccumulators.
+var gemvTiles = [maxGEMVRows + 1]triton.Tile{
+	1: {BN: 8, BK: 512, Stages: 1},
+	2: {BN: 8, BK: 256, Stages: 1},
+	3: {BN: 8, BK: 256, Stages: 1},
+	4: {BN: 8, BK: 256, Stages: 1},
+}
+
+// gemvTile is the tile of the GEMV of m rows of W [n, k], if there is one: gemvTiles'
+// for m, its K step halved until it divides k (small models; at least minGEMVStep),
+// its pipelining dropped when the K loop is shorter than its stages. There is none when
+// m is out of the table or no K step or BN divides W.
+func gemvTile(m, n, k int) (triton.Tile, bool) {
+	if m < 1 || m > maxGEMVRows {
+		return triton.Tile{}, false
+	}
+	t := gemvTiles[m]
+	for t.BK >= minGEMVStep && k%t.BK != 0 {
+		t.BK /= 2
+	}
+	if t.BK < minGEMVStep {
+		return triton.Tile{}, false
+	}
+	if k/t.BK < t.Stages {
+		t.Stages = 1
+	}
+	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
+}
+
+// gemvOutput is the output dtype of a product lowered to the GEMV, as DotGeneral's
+// config gives it, and whether the GEMV computes it: float32 accumulation (asked for or
+// not; bfloat16 accumulation is not lowered) and a bfloat16 or float32 output.
+func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
+	out := dtypes.BFloat16
+	switch config.AccumulatorDType {
+	case dtypes.InvalidDType:
+	case dtypes.Float32:
+		out = dtypes.Float32
+	default:
+		return dtypes.InvalidDType, false
+	}
+	if config.OutputDType != dtypes.InvalidDType {
+		out = config.OutputDType
+	}
+	return out, out == dtypes.BFloat16 || out == dtypes.Float32
+}
+
+// tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend has option
+// triton=gemv and the product is a dense layer of a few rows: lhs [..., K] and rhs
+// [N, K] both bfloat16, contracting lhs's last axis with rhs's axis 1, no batch axes,
+// M (the product of lhs's other dimensions) from 1 to 4, a tile of gemvTile, and an
+// output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
+// [..., N]. ok is false, with no op added, for every other product; err is set (with
+// ok true) only if building the lowered product failed.
+func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
+	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
+	ls, rs := lhs.Shape(), rhs.Shape()
+	if !f.builder.backend.tritonGEMV || ls.DType != dtypes.BFloat16 || rs.DType != dtypes.BFloat16 ||
+		len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
+		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
+		return nil, false, nil
+	}
+	out, ok := gemvOutput(config)
+	if !ok {
+		return nil, false, nil
+	}
+	rows := ls.Dimensions[:ls.Rank()-1]
+	m, k, n := 1, rs.Dimensions[1], rs.Dimensions[0]
+	for _, d := range rows {
+		m *= d
+	}
+	t, ok := gemvTile(m, n, k)
+	if !ok {
+		return nil, false, nil
+	}
+	x := lhs
+	if ls.Rank() != 2 {
+		if x, err = stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k)); err != nil {
+			return nil, true, err
+		}
+	}
+	y, err := triton.GEMV(x, rhs, t, out)
+	if err == nil && ls.Rank() != 2 {
+		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
+	}
+	return y, true, err
+}
