@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
@@ -50,6 +52,24 @@ var sharedBackends = sync.OnceValues(func() ([2]compute.Backend, error) {
 	}
 	onGo, err := backend.NewWithConfig(backend.GoConfig)
 	return [2]compute.Backend{onPlugin, onGo}, err
+})
+
+// tritonBackends returns the hlo backend of backends and one on the same client with
+// option triton=gemv, or skips.
+func tritonBackends(t *testing.T) (plain, lowered compute.Backend) {
+	t.Helper()
+	plain, _ = backends(t)
+	b, err := sharedTriton()
+	require.NoError(t, err)
+	return plain, b
+}
+
+var sharedTriton = sync.OnceValues(func() (*hlo.Backend, error) {
+	b, err := sharedBackends()
+	if err != nil {
+		return nil, err
+	}
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv")
 })
 
 // opCase is a graph run on both backends.
@@ -205,20 +225,26 @@ func float64s(t *testing.T, x *tensors.Tensor) []float64 {
 	return out
 }
 
+// testTokens are the prompt of the model comparisons.
+var testTokens = []int{1, 5, 9, 17, 33, 2, 8, 11}
+
+// loadModel loads the fixture model of dir on b in dtype, closed when t ends.
+func loadModel(t *testing.T, b compute.Backend, dir string, dtype dtypes.DType) *model.Model {
+	t.Helper()
+	m, err := model.Load(b, dir, model.LoadOptions{DType: dtype})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
 // The fixture models in float32 give the Go backend's logits, without a cache and
 // through a session's cache, and the decoder's greedy tokens in every mode.
 func TestModelsMatchGo(t *testing.T) {
 	onPlugin, onGo := backends(t)
-	tokens := []int{1, 5, 9, 17, 33, 2, 8, 11}
+	tokens := testTokens
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			load := func(b compute.Backend) *model.Model {
-				m, err := model.Load(b, dir, model.LoadOptions{DType: dtypes.Float32})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = m.Close() })
-				return m
-			}
-			mp, mg := load(onPlugin), load(onGo)
+			mp, mg := loadModel(t, onPlugin, dir, dtypes.Float32), loadModel(t, onGo, dir, dtypes.Float32)
 			for _, block := range []int{1, 4} {
 				got, err := mp.Logits(tokens, block)
 				require.NoError(t, err)
@@ -259,6 +285,13 @@ func TestModelsMatchGo(t *testing.T) {
 // requireRowsClose compares logits rows to 1e-4 of the largest magnitude of want's.
 func requireRowsClose(t *testing.T, what string, got, want [][]float32) {
 	t.Helper()
+	requireRowsWithin(t, what, got, want, 1e-4)
+}
+
+// requireRowsWithin compares logits rows to tol of the largest magnitude of want's and
+// returns the largest difference in those units.
+func requireRowsWithin(t *testing.T, what string, got, want [][]float32, tol float64) float64 {
+	t.Helper()
 	require.Len(t, got, len(want), what)
 	scale := 0.0
 	for _, r := range want {
@@ -266,12 +299,124 @@ func requireRowsClose(t *testing.T, what string, got, want [][]float32) {
 			scale = max(scale, math.Abs(float64(v)))
 		}
 	}
+	worst := 0.0
 	for i := range want {
 		require.Len(t, got[i], len(want[i]), what)
 		for j := range want[i] {
-			if d := math.Abs(float64(got[i][j] - want[i][j])); !(d <= 1e-4*scale) {
+			d := math.Abs(float64(got[i][j] - want[i][j]))
+			if !(d <= tol*scale) {
 				t.Fatalf("%s: row %d, logit %d is %g, want %g", what, i, j, got[i][j], want[i][j])
 			}
+			worst = max(worst, d/scale)
 		}
+	}
+	return worst
+}
+
+// Products lowered to our Triton GEMV give XLA's dot_general of the same operands, for
+// 1 to 4 rows, the fixtures' K and MiniCPM5-2B's, and both output dtypes: float32 to
+// 1e-4 of the largest output (each bf16 product is exact in float32; only the order of
+// the float32 sums differs), bfloat16 to 1e-2 (both round the float32 sums, and a sum on
+// the other side of a rounding boundary differs by one bf16 ulp, 2⁻⁸ of its value). One
+// program per shape holds every row count and dtype (fewer compilations); it is checked
+// to be lowered on a build-only backend first.
+func TestTritonGEMVMatchesDot(t *testing.T) {
+	plain, lowered := tritonBackends(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	outs := []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
+	for _, s := range []struct{ k, n int }{{64, 192}, {160, 40}, {2048, 2560}, {6144, 2048}} {
+		t.Run(fmt.Sprintf("k%d_n%d", s.k, s.n), func(t *testing.T) {
+			// W's entries of variance 1/k; x [1, m, k] for m = 1..4, as the model's windows.
+			inputs := []any{randomBF16(rng, []int{s.n, s.k}, float32(math.Sqrt(3/float64(s.k))))}
+			for m := 1; m <= 4; m++ {
+				inputs = append(inputs, randomBF16(rng, []int{1, m, s.k}, 1))
+			}
+			fn := func(in []*Node) []*Node {
+				var ys []*Node
+				for _, x := range in[1:] {
+					for _, out := range outs {
+						ys = append(ys, Dot(x, in[0]).WithOutputDType(out).General([]int{2}, nil, []int{1}, nil))
+					}
+				}
+				return ys
+			}
+			var inputShapes []shapes.Shape
+			for _, in := range inputs {
+				inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
+			}
+			text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
+			require.Len(t, tritonCalls(text), 4*len(outs), "not all lowered")
+			got, err := ExecOnceN(lowered, fn, inputs...)
+			require.NoError(t, err)
+			want, err := ExecOnceN(plain, fn, inputs...)
+			require.NoError(t, err)
+			for i := range want {
+				m, out := i/len(outs)+1, outs[i%len(outs)]
+				tol := 1e-4
+				if out == dtypes.BFloat16 {
+					tol = 1e-2
+				}
+				g, w := float64s(t, got[i]), float64s(t, want[i])
+				scale, worst := 0.0, 0.0
+				for _, v := range w {
+					scale = max(scale, math.Abs(v))
+				}
+				for j := range w {
+					worst = max(worst, math.Abs(g[j]-w[j])/scale)
+				}
+				require.LessOrEqual(t, worst, tol, "%d rows, %s: max |triton - dot| / max |dot|", m, out)
+			}
+		})
+	}
+}
+
+// randomBF16 is a bf16 tensor of dims, uniform in [-scale, scale).
+func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
+	flat := make([]bfloat16.BFloat16, shapes.Make(dtypes.BFloat16, dims...).Size())
+	for i := range flat {
+		flat[i] = bfloat16.FromFloat32((rng.Float32()*2 - 1) * scale)
+	}
+	return tensors.FromFlatDataAndDimensions(flat, dims...)
+}
+
+// The bf16 fixture models with triton=gemv give the plain backend's logits on the
+// windows whose dense products it lowers: 4 and 2 tokens without a cache, a 4-token
+// prefill, steps of 3 and 1 tokens against the cache and a 4-token commit. The
+// tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests
+// (model.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
+// in bf16 and differ in the order of each product's float32 sums, so an activation
+// rounded to bf16 after a product can differ by one bf16 ulp (2⁻⁸ of it), and such
+// differences grow through the layers as bf16 rounding does.
+func TestTritonGEMVModelsMatch(t *testing.T) {
+	plain, lowered := tritonBackends(t)
+	tokens := testTokens
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			// run returns the logits of each window on m.
+			run := func(m *model.Model) [][][]float32 {
+				var all [][][]float32
+				add := func(rows [][]float32, err error) {
+					require.NoError(t, err)
+					all = append(all, rows)
+				}
+				add(m.Logits(tokens[:4], 4))
+				add(m.Logits(tokens[:2], 1))
+				s, err := m.NewSession(32, 4)
+				require.NoError(t, err)
+				defer s.Close()
+				last, err := s.Prefill(tokens[:4])
+				add([][]float32{last}, err)
+				add(s.Step(tokens[4:7]))
+				add(s.Step(tokens[4:5]))
+				add(s.Commit(tokens[4:8]))
+				return all
+			}
+			got, want := run(loadModel(t, lowered, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
+			worst := 0.0
+			for i, w := range []string{"4 tokens", "2 tokens, causal", "prefill", "step of 3", "step of 1", "commit"} {
+				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
+			}
+			t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
+		})
 	}
 }

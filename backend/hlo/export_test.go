@@ -1,0 +1,22 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import "errors"
+
+// WithOptions returns a backend on b's client and device that builds programs with the
+// options of list (as after a configuration's plugin path; no client options): the GPU
+// tests compare two lowerings on one client, since each client of the CUDA plugin would
+// preallocate most of the device's memory. It shares b's client: never finalize it.
+func WithOptions(b *Backend, list string) (*Backend, error) {
+	o, err := parseOptions(list)
+	if err != nil {
+		return nil, err
+	}
+	if o.client != nil {
+		return nil, errors.New("hlo: WithOptions: client options need a client of their own")
+	}
+	c := &Backend{plugin: b.plugin, client: b.client, device: b.device}
+	o.apply(c)
+	return c, nil
+}
