@@ -380,8 +380,8 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 }
 
 // The bf16 fixture models with triton=gemv give the plain backend's logits on the
-// windows whose dense products it lowers: 4 and 2 tokens without a cache, a 4-token
-// prefill, steps of 3 and 1 tokens against the cache and a 4-token commit. The
+// windows whose dense products it lowers: 4 tokens without a cache, a 4-token prefill
+// (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
 // tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests
 // (model.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
 // in bf16 and differ in the order of each product's float32 sums, so an activation
@@ -400,7 +400,6 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 					all = append(all, rows)
 				}
 				add(m.Logits(tokens[:4], 4))
-				add(m.Logits(tokens[:2], 1))
 				s, err := m.NewSession(32, 4)
 				require.NoError(t, err)
 				defer s.Close()
@@ -408,12 +407,11 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 				add([][]float32{last}, err)
 				add(s.Step(tokens[4:7]))
 				add(s.Step(tokens[4:5]))
-				add(s.Commit(tokens[4:8]))
 				return all
 			}
 			got, want := run(loadModel(t, lowered, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
 			worst := 0.0
-			for i, w := range []string{"4 tokens", "2 tokens, causal", "prefill", "step of 3", "step of 1", "commit"} {
+			for i, w := range []string{"4 tokens", "prefill", "step of 3", "step of 1"} {
 				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
 			}
 			t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
