@@ -6,7 +6,8 @@
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
-#                                      and the fixtures (at most ~140 s)
+#                                      and the fixtures, then its steps with and without
+#                                      our Triton GEMVs against XLA's (at most ~250 s)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
@@ -47,14 +48,37 @@ fixtures() {
 
 hlo() {
   # Our own StableHLO backend (backend/hlo), not yet validated on a GPU: its ops, the
-  # fixture models' logits and greedy decodes against the Go backend, then model.test's
-  # fixture tests on it (float32 products at full precision, as in the fixtures section).
+  # fixture models' logits and greedy decodes against the Go backend, and triton=gemv's
+  # GEMVs against its dot_generals, then model.test's fixture tests on it (float32
+  # products at full precision, as in the fixtures section).
   section "hlo backend"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 80 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
-  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/hlo.log" | head -40
-  GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 60 .gpu/bin/model.test -test.v \
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 85 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
+  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -60
+  GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 50 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
+  # The batch-1 steps in a device loop (bf16, MiniCPM5-2B shape, random weights) on
+  # XLA's backend, ours, and ours with dense products of 1-4 rows as our Triton GEMVs
+  # (provisional tiles, backend/hlo/gemv.go); preallocating as $XLA_BF16 does. A run
+  # cut by its timeout shows no times (bench prints its table at the end).
+  section "hlo backend: steps against XLA's (ms per step in a device loop of 20)"
+  printf '%-12s %-4s %10s %10s\n' backend rc denoise ar-padded
+  local label config
+  for label in xla bdxla bdxla-triton; do
+    case $label in
+      xla) config=$XLA_BF16 ;;
+      bdxla) config="bdxla:$plugin,preallocate=true" ;;
+      bdxla-triton) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
+    esac
+    GOMLX_BACKEND=$config timeout 37 .gpu/bin/bench -only steps -steps denoise,ar-padded -iters 20 \
+      >"$OUT/steps-$label.log" 2>&1
+    local rc=$?
+    printf '%-12s %-4s' "$label" "$rc"
+    awk '/in a device loop/ { sub(/.*in a device loop +/, ""); split($0, f, / +/); printf " %10s", f[2] }' \
+      "$OUT/steps-$label.log"
+    echo
+    [ "$rc" = 0 ] || grep -m3 -E 'rror|panic|FAIL' "$OUT/steps-$label.log" | cut -c1-300
+  done
 }
 
 peer() {
