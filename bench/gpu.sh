@@ -7,7 +7,7 @@
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the fixtures, then its steps with and without
-#                                      our Triton GEMVs against XLA's (at most ~250 s)
+#                                      our Triton GEMVs against XLA's (at most ~360 s; run it and triton as two device calls)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
@@ -70,7 +70,7 @@ hlo() {
       bdxla) config="bdxla:$plugin,preallocate=true" ;;
       bdxla-triton) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
     esac
-    GOMLX_BACKEND=$config timeout 37 .gpu/bin/bench -only steps -steps denoise,ar-padded -iters 20 \
+    GOMLX_BACKEND=$config timeout 75 .gpu/bin/bench -only steps -steps denoise,ar-padded -iters 20 \
       >"$OUT/steps-$label.log" 2>&1
     local rc=$?
     printf '%-12s %-4s' "$label" "$rc"
