@@ -11,7 +11,9 @@
 #                                      beside this one (~80 s, plus ~200 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, triton (bench/tritonprobe), compare, fp8 (every FP8
+# Sections: peer, bench, fixtures, triton (bench/tritonprobe), whileloop (~220 s: what
+# a While whose exit depends on data costs per iteration, and whether command buffers
+# holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
 # bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so the default
@@ -63,6 +65,24 @@ fp8() {
     section "FP8 steps: -fp8 $fp8"
     GOMLX_BACKEND=$XLA_BF16 timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
     echo "rc=$?"; tail -7 "$OUT/fp8-${fp8// /_}.log"
+  done
+}
+
+whileloop() {
+  # The decoder's While ends on its state, so XLA cannot count its trips; the bench's
+  # step loops end on a constant count. Each step loop both ways, then decoding at
+  # batch 1, with XLA's default command buffers and with ones that also hold the While
+  # and its condition (device-side CUDA graph conditionals: no host round trip per
+  # iteration, but run C measured the constant-count denoise step 3 % slower with them).
+  export GOMLX_BACKEND=$XLA_BF16
+  local flags exit
+  for flags in "" "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"; do
+    section "XLA_FLAGS=$flags"
+    for exit in count data; do
+      XLA_FLAGS="$flags" timeout 60 .gpu/bin/bench -only steps -steps denoise,ar-padded -loop-exit $exit 2>&1 |
+        grep 'device loop'
+    done
+    XLA_FLAGS="$flags" timeout 100 .gpu/bin/bench -only decode -batches 1 2>&1 | grep -E '^(fused|autoregressive) '
   done
 }
 
