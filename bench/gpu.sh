@@ -7,7 +7,8 @@
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the fixtures, then its steps with and without
-#                                      our Triton GEMVs against XLA's (at most ~360 s; run it and triton as two device calls)
+#                                      our Triton GEMVs against XLA's (at most ~360 s:
+#                                      run it and triton as two device calls)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
@@ -15,10 +16,12 @@
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
 # Sections: peer, bench, fixtures, hlo (backend/hlo), triton (bench/tritonprobe),
-# compare, fp8 (every FP8 decoder), explore (per-layer cost, the padded AR step, XLA flag
-# variants, HLO dumps), tiling (XLA's exhaustive GEMM search), variants (builds of other
-# git refs, see bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so
-# the default stops at two.
+# whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
+# whether command buffers holding the While remove it), compare, fp8 (every FP8
+# decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
+# bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so the default
+# stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -101,6 +104,24 @@ fp8() {
     section "FP8 steps: -fp8 $fp8"
     GOMLX_BACKEND=$XLA_BF16 timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
     echo "rc=$?"; tail -7 "$OUT/fp8-${fp8// /_}.log"
+  done
+}
+
+whileloop() {
+  # The decoder's While ends on its state, so XLA cannot count its trips; the bench's
+  # step loops end on a constant count. Each step loop both ways, then decoding at
+  # batch 1, with XLA's default command buffers and with ones that also hold the While
+  # and its condition (device-side CUDA graph conditionals: no host round trip per
+  # iteration, but run C measured the constant-count denoise step 3 % slower with them).
+  export GOMLX_BACKEND=$XLA_BF16
+  local flags exit
+  for flags in "" "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"; do
+    section "XLA_FLAGS=$flags"
+    for exit in count data; do
+      XLA_FLAGS="$flags" timeout 60 .gpu/bin/bench -only steps -steps denoise,ar-padded -loop-exit $exit 2>&1 |
+        grep 'device loop'
+    done
+    XLA_FLAGS="$flags" timeout 100 .gpu/bin/bench -only decode -batches 1 2>&1 | grep -E '^(fused|autoregressive) '
   done
 }
 

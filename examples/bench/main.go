@@ -40,6 +40,7 @@ var (
 	iters     = flag.Int("iters", 50, "forwards per device loop, and repetitions of single executions")
 	only      = flag.String("only", "steps,prefill,decode", "comma-separated: steps, prefill, decode")
 	steps     = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar, ar-padded")
+	loopExit  = flag.String("loop-exit", "count", "how a step loop ends: count (a constant trip count XLA can see) or data (also on a test of the tokens that always passes, as the decoder's loop ends on its state)")
 	batches   = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	newTokens = flag.Int("new", 256, "tokens generated per prompt when decoding")
 	jsonOut   = flag.String("json", "", "also write the results as JSON to this file")
@@ -77,6 +78,9 @@ type row struct {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *loopExit != "count" && *loopExit != "data" {
+		log.Fatalf("-loop-exit %q: want count or data", *loopExit)
+	}
 	b, choice, err := backend.New()
 	if err != nil {
 		log.Fatal(err)

@@ -93,13 +93,20 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 	n := *iters
 	cacheShapes := cacheShapes(m, 1)
 	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes...)
-	key := fmt.Sprintf("bench/loop/%s/%d/%d/%d", k.name, n, *capacity, *context_)
+	key := fmt.Sprintf("bench/loop/%s/%d/%d/%d/%s", k.name, n, *capacity, *context_, *loopExit)
 	compileStart := time.Now()
 	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
 		// Constants of the enclosing function are uncached (see model.Weights.While).
 		init := append([]*Node{Const(in[0].Graph(), int32(0))}, in...)
 		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
-			return []*Node{LessThan(st[0], Const(st[0].Graph(), int32(n)))}
+			more := LessThan(st[0], Const(st[0].Graph(), int32(n)))
+			if *loopExit == "data" {
+				// An argmax is never negative, but XLA cannot know: the trip count is
+				// unknown to it, as in the decoder's loop.
+				first := Reshape(Slice(st[1], AxisElem(0), AxisElem(0)))
+				more = LogicalAnd(more, GreaterOrEqual(first, ZerosLike(first)))
+			}
+			return []*Node{more}
 		}
 		body := func(w *model.Weights, st, _ []*Node) []*Node {
 			g := st[0].Graph()
@@ -117,7 +124,11 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 		return row{}, err
 	}
 	log.Printf("%s: loop compiled and warmed up in %s", k.name, (built + first).Round(time.Millisecond))
-	r := summarize(k.name+", in a device loop", 1, times, float64(n))
+	name := k.name + ", in a device loop"
+	if *loopExit == "data" {
+		name += " (data-dependent exit)"
+	}
+	r := summarize(name, 1, times, float64(n))
 	r.Note = fmt.Sprintf("%d steps per execution, context %d", n, *context_)
 	return r, nil
 }
