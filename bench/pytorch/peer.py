@@ -194,12 +194,15 @@ def plan_steps(batches, context, max_len, prefills, align, autotune_ar=False) ->
     steps of <= GEMV_MAX_ROWS rows use the --gemv path; 'cublas' = the same
     compile with cuBLAS GEMMs (block, fused and AR at batch 1, the comparison when
     the main row runs Triton GEMVs); 'pdl-late' = the main path with PDL's late
-    trigger (AR batch 1, see pdl_mode; skipped when PDL is off); 'autotune' = the
+    trigger (AR batch 1, see pdl_mode; skipped when PDL is off); 'side-l2o' and
+    'side-l2' = the main AR batch-1 path with each layer's weights prefetched into L2
+    from a second stream (SIDE_PREFETCH_MIB; skipped without CUDA); 'autotune' = the
     AUTOTUNE_MODE compile (AR batch 1, opt-in)."""
     def spec(kind, b, p=0):
         return make_spec(kind, b, context, max_len, align, p)
     plan = [(spec("block", 1), "gemm", "main"), (spec("block", 1), "sdpa", "main"),
             (spec("ar", 1), "gemm", "main"), (spec("ar", 1), "gemm", "pdl-late"),
+            (spec("ar", 1), "gemm", "side-l2o"), (spec("ar", 1), "gemm", "side-l2"),
             (spec("ar", 1), "sdpa", "main"),
             (spec("ar", 1), "auto", "cublas")]
     plan += [(spec("ar", 1), "auto", "autotune")] if autotune_ar else []
@@ -583,6 +586,18 @@ def int_list(text: str) -> list:
     return list(dict.fromkeys(vals))
 
 
+# The AR batch-1 rows that prefetch weights into L2 from a second stream: tuning ->
+# MiB of the layer's gate/up weight (its first rows, which its GEMV reads first)
+# prefetched besides the layer's whole o weight. Each layer forks the prefetch kernel
+# off the main stream before its qkv GEMV, so it runs beside the qkv GEMV and the
+# decode attention (34 CTAs at batch 1: the memory system is nearly idle for ~7 us)
+# without delaying them, and the o and gate/up GEMVs find part of their weights in
+# L2. (Prefetching from the attention kernel itself lengthened it by more than the
+# GEMVs gained: run O, branch peer-l2-prefetch.)
+SIDE_PREFETCH_MIB = {"side-l2o": 0, "side-l2": 16}
+SIDE_PREFETCH_CTAS = 32
+
+
 def pdl_mode(pdl: bool, early: bool) -> int:
     """The kernels' PDL constexpr: 0 off; 1 on with the late trigger, each kernel
     lets the next one launch after its main loop (gdc_launch_dependents); 2 on with
@@ -892,6 +907,8 @@ class Engine:
         b = [0.0] * grp + [0.0, 1.0]
         self.slot_a = torch.tensor(a, device=device).view(-1, 1, 1)
         self.slot_b = torch.tensor(b, device=device).view(-1, 1, 1)
+        self.side_prefetch_mib = None  # see SIDE_PREFETCH_MIB
+        self.side_stream = None  # made on first use
 
     def forward(self, kern: Kernels, st: StepState, attn: str, gemv=None, dattn=None):
         """One step. No host syncs, no Python-dependent shapes: graph-capturable.
@@ -925,7 +942,11 @@ class Engine:
         assert spec.logits == T, "the fast layer computes logits for every token"
         assert dattn is None or spec.kind == "ar", "the decode attention takes 1-token steps"
         h = F.embedding(st.ids, w.embed).float().view(B * T, cfg.hidden)
+        side = self.side_prefetch_mib is not None and dattn is not None
+        joins = []
         for l in range(cfg.layers):
+            if side:
+                joins.append(self.prefetch_beside(w.o[l], w.gate_up[l]))
             x = gemv.rmsnorm("qkv", h, w.ln1[l], w.qkv[l])
             cache = self.cache[l, :, :B]
             if dattn is not None and dattn.fuse_o and gemv_applies("o_comb", B):
@@ -942,8 +963,30 @@ class Engine:
                 gemv.add("o", o.reshape(B * T, -1), w.o[l], h)
             gu = gemv.rmsnorm("gate_up", h, w.ln2[l], w.gate_up[l])
             gemv.swiglu_add("down", gu, w.down[l], h)
+        for done in joins:  # every forked stream rejoins before the graph ends
+            torch.cuda.current_stream().wait_event(done)
         logits = gemv.rmsnorm("head", h, w.ln_f, w.head, torch.float32)
         return kern.pick(logits.view(B, T, -1))
+
+    def prefetch_beside(self, o_w, gate_up_w):
+        """Forks l2_prefetch_kernel of o_w and the first side_prefetch_mib MiB of
+        gate_up_w off the current stream onto side_stream, after the work queued so
+        far; returns the event its completion records, for the caller to rejoin."""
+        main = torch.cuda.current_stream()
+        if self.side_stream is None:
+            self.side_stream = torch.cuda.Stream()
+        start = torch.cuda.Event()
+        start.record(main)
+        self.side_stream.wait_event(start)
+        o_bytes = o_w.numel() * o_w.element_size() // 4096 * 4096
+        gu_bytes = min(self.side_prefetch_mib << 20,
+                       gate_up_w.numel() * gate_up_w.element_size()) // 4096 * 4096
+        with torch.cuda.stream(self.side_stream):
+            l2_prefetch_kernel[(SIDE_PREFETCH_CTAS,)](o_w, o_bytes, gate_up_w, gu_bytes,
+                                                      LANES=128, num_warps=4)
+        done = torch.cuda.Event()
+        done.record(self.side_stream)
+        return done
 
     def attend(self, kern: Kernels, st: StepState, attn: str, cache, qkv):
         """A layer's cache write of the committed tokens, then its attention.
@@ -1748,6 +1791,31 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
 
 
+    @triton.jit
+    def _l2_prefetch(ptr, n_bytes, part, parts, LANES: tl.constexpr):
+        """Share `part` of `parts` of bytes [0, n_bytes) at ptr prefetched into L2 by
+        sm_90's bulk prefetch, 4096 bytes per instruction, LANES instructions at a
+        time (n_bytes: a multiple of 4096; ptr 16-byte aligned)."""
+        n = n_bytes // 4096
+        per = tl.cdiv(n, parts)
+        lo = part * per
+        hi = tl.minimum(lo + per, n)
+        base = ptr.to(tl.pointer_type(tl.int8))
+        for c0 in range(lo, hi, LANES):
+            c = tl.minimum(c0 + tl.arange(0, LANES), hi - 1)  # the tail repeats a chunk
+            tl.inline_asm_elementwise(
+                "cp.async.bulk.prefetch.L2.global [$1], 4096;\n\tmov.u32 $0, 0;",
+                "=r,l", [base + c.to(tl.int64) * 4096], dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
+    def l2_prefetch_kernel(a_ptr, a_bytes, b_ptr, b_bytes, LANES: tl.constexpr):
+        """Bytes [0, a_bytes) at a_ptr, then [0, b_bytes) at b_ptr, prefetched into L2,
+        shared by the grid's programs (SIDE_PREFETCH_MIB)."""
+        part, parts = tl.program_id(0), tl.num_programs(0)
+        _l2_prefetch(a_ptr, a_bytes, part, parts, LANES)
+        _l2_prefetch(b_ptr, b_bytes, part, parts, LANES)
+
+
 DATTN_COMBINES = ("kernel", "last-cta")
 
 
@@ -2371,7 +2439,7 @@ class Runner:
     def gemv_for(self, spec: StepSpec, tuning: str):
         """The fused GEMV ops a step runs with; None = the compiled cuBLAS path."""
         small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
-        return self.gemv if tuning in ("main", "pdl-late") and small else None
+        return self.gemv if tuning in ("main", "pdl-late", *SIDE_PREFETCH_MIB) and small else None
 
     def dattn_for(self, spec: StepSpec, attn: str, gemv):
         """The decode attention a step runs with: fast-layer AR steps whose attention
@@ -2397,21 +2465,29 @@ class Runner:
         cuBLAS (and fails the run's checks); a failure before any step has worked
         moves the whole run to the next compile mode; a later failure retries only
         this step eagerly, except for the optional variants (SDPA, autotune,
-        cublas, pdl-late), which are just reported. The main AR batch-1 step runs
-        the GEMV and decode-attention kernels with PDL's early trigger, 'pdl-late'
-        the same with the late one (pdl_mode)."""
+        cublas, pdl-late, side-l2*), which are just reported. The main AR batch-1
+        step runs the GEMV and decode-attention kernels with PDL's early trigger,
+        'pdl-late' the same with the late one (pdl_mode), the side-l2 rows the main
+        path with the L2 prefetch from a second stream (SIDE_PREFETCH_MIB)."""
         gemv = self.gemv_for(spec, tuning)
         dattn = self.dattn_for(spec, attn, gemv)
         if tuning == "pdl-late" and not getattr(gemv, "pdl", False):
             self.note(f"{spec.label} attn={attn} pdl-late skipped: PDL is off")
             return  # the torch stand-ins (--dry) have no PDL
-        early = tuning == "main" and spec.kind == "ar" and spec.batch == 1
+        side = tuning in SIDE_PREFETCH_MIB
+        if side and (dattn is None or not self.on_cuda):
+            self.note(f"{spec.label} attn={attn} {tuning} skipped: needs the Triton decode "
+                      f"attention on CUDA")
+            return
+        early = tuning in ("main", *SIDE_PREFETCH_MIB) and spec.kind == "ar" and spec.batch == 1
         for k in (gemv, dattn):
             if getattr(k, "pdl", False):
                 k.early_trigger = early
+        self.engine.side_prefetch_mib = SIDE_PREFETCH_MIB.get(tuning)
         try:
             self._run_step(spec, attn, tuning)
         finally:
+            self.engine.side_prefetch_mib = None
             for k in (gemv, dattn):
                 if getattr(k, "pdl", False):
                     k.early_trigger = False
@@ -2430,9 +2506,9 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
-                if tuning == "pdl-late":  # a variant: the main path keeps PDL as it is
+                if tuning in ("pdl-late", *SIDE_PREFETCH_MIB):  # variants: the main path stays
                     self.note(f"{what}; step FAILED")
-                    self.checks[f"{spec.label}_{attn}_pdl_late"] = {"ok": False, "error": what}
+                    self.checks[f"{spec.label}_{attn}_{tuning}"] = {"ok": False, "error": what}
                     self.rows.append(self.row(spec, None, f"FAILED ({type(e).__name__})", attn, tuning))
                     return
                 chain = self.mode_chain
@@ -2485,6 +2561,8 @@ class Runner:
         pdl = "off"
         if gemv is not None and getattr(gemv, "pdl", False):
             pdl = "early" if gemv.early_trigger else "late"
+            if eng.side_prefetch_mib is not None:
+                pdl += f" l2side=o+{eng.side_prefetch_mib}MiB"
         if spec.kind == "ar":
             fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
             dconf = "" if dattn is None else f"/n{dattn.block_n}" + (
