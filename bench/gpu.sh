@@ -7,7 +7,7 @@
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the fixtures, then its steps with and without
-#                                      our Triton GEMVs against XLA's (at most ~360 s:
+#                                      our Triton GEMVs against XLA's (at most ~410 s:
 #                                      run it and triton as two device calls)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
@@ -61,11 +61,11 @@ hlo() {
     -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
   # The batch-1 steps in a device loop (bf16, MiniCPM5-2B shape, random weights) on
-  # XLA's backend, ours, and ours with dense products of 1-4 rows as our Triton GEMVs
+  # XLA's backend, ours, and ours with dense products of 1-8 rows as our Triton GEMVs
   # (provisional tiles, backend/hlo/gemv.go); preallocating as $XLA_BF16 does. A run
   # cut by its timeout shows no times (bench prints its table at the end).
   section "hlo backend: steps against XLA's (ms per step in a device loop of 20)"
-  printf '%-12s %-4s %10s %10s\n' backend rc denoise ar-padded
+  printf '%-12s %-4s %10s %10s %10s\n' backend rc denoise fused ar-padded
   local label config
   for label in xla bdxla bdxla-triton; do
     case $label in
@@ -73,7 +73,7 @@ hlo() {
       bdxla) config="bdxla:$plugin,preallocate=true" ;;
       bdxla-triton) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
     esac
-    GOMLX_BACKEND=$config timeout 75 .gpu/bin/bench -only steps -steps denoise,ar-padded -iters 20 \
+    GOMLX_BACKEND=$config timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 \
       >"$OUT/steps-$label.log" 2>&1
     local rc=$?
     printf '%-12s %-4s' "$label" "$rc"
@@ -193,8 +193,8 @@ variants() {
 triton() {
   # Can a StableHLO program run our own Triton kernels (XLA's __gpu$xla.gpu.triton
   # custom call, through go-xla's public packages)? And how fast are hand-written GEMVs
-  # of every layer shape, at 1 and 4 rows, next to XLA's dot of the same shapes? 83
-  # programs to compile (~90 s, estimated); XLA's messages, and each failing kernel's
+  # of every layer shape, at 1, 4 and 8 rows, next to XLA's dot of the same shapes? 123
+  # programs to compile (~130 s, estimated); XLA's messages, and each failing kernel's
   # whole error, go to tritonprobe.err.
   section "Triton kernels in StableHLO (bench/tritonprobe)"
   timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" 2>"$OUT/tritonprobe.err"

@@ -40,7 +40,7 @@ type Backend struct {
 	client     *pjrt.Client // nil for a build-only backend
 	device     *pjrt.Device // the device every buffer and execution uses
 	noTF32     bool         // float32 dot products at full precision (option "notf32")
-	tritonGEMV bool         // dense products of 1-4 bf16 rows run our Triton GEMV (option "triton=gemv", gemv.go)
+	tritonGEMV bool         // dense products of 1-8 bf16 rows run our Triton GEMV (option "triton=gemv", gemv.go)
 	finalized  bool
 }
 
@@ -51,7 +51,7 @@ var _ compute.Backend = (*Backend)(nil)
 //   - "preallocate=<bool>", the client's;
 //   - "notf32", which makes float32 dot products run at full precision (XLA's GPU default
 //     rounds their inputs to TF32; the float32 fixture tests need exact products);
-//   - "triton=gemv", which lowers dense products of 1 to 4 bfloat16 rows (x [..., K]
+//   - "triton=gemv", which lowers dense products of 1 to 8 bfloat16 rows (x [..., K]
 //     times W [N, K]ᵀ, as model/linear.go's) to our own Triton GEMV kernel (package
 //     backend/hlo/triton) instead of stablehlo.dot_general; see [Function.DotGeneral].
 //

@@ -11,7 +11,7 @@
 //
 // Its configuration is the PJRT plugin's path (or name), optionally followed by options
 // after commas (see [New]): "preallocate=<bool>" for the client, "notf32" for float32
-// dot products at full precision, and "triton=gemv", which runs dense products of 1 to 4
+// dot products at full precision, and "triton=gemv", which runs dense products of 1 to 8
 // bfloat16 rows (x [..., K] · W [N, K]ᵀ, model/linear.go's, in the 4-token denoise step
 // and the padded AR step) as our own Triton GEMV kernel instead of
 // stablehlo.dot_general; its tiles are provisional until bench/gpu.sh's triton section

@@ -14,8 +14,9 @@ import (
 )
 
 // maxGEMVRows is the most rows (M) a product may have to run as our Triton GEMV: the
-// 4-token denoise step's and the AR step padded to 4 rows (backend.MinWindow).
-const maxGEMVRows = 4
+// fused step's 8 (fused mode's forward at batch 1), the 4-token denoise step's and the
+// AR step's, padded to 4 rows (backend.MinWindow).
+const maxGEMVRows = 8
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
 const minGEMVStep = 16
@@ -23,12 +24,16 @@ const minGEMVStep = 16
 // gemvTiles is the Triton GEMV tile per row count. Provisional until `bash bench/gpu.sh
 // triton` has timed the probe's tiles on the H200: for now the unpipelined ones, as only
 // the 1-row 8×512 kernel has run on a GPU and no kernel pipelined with tt.num_stages
-// has; 8×256 at 2-4 rows keeps 4 rows within triton.MaxAccumulators.
+// has; 8×256 at 2-4 rows and 8×128 at 5-8 keep the rows within triton.MaxAccumulators.
 var gemvTiles = [maxGEMVRows + 1]triton.Tile{
 	1: {BN: 8, BK: 512, Stages: 1},
 	2: {BN: 8, BK: 256, Stages: 1},
 	3: {BN: 8, BK: 256, Stages: 1},
 	4: {BN: 8, BK: 256, Stages: 1},
+	5: {BN: 8, BK: 128, Stages: 1},
+	6: {BN: 8, BK: 128, Stages: 1},
+	7: {BN: 8, BK: 128, Stages: 1},
+	8: {BN: 8, BK: 128, Stages: 1},
 }
 
 // gemvTile is the tile of the GEMV of m rows of W [n, k], if there is one: gemvTiles'
@@ -73,7 +78,7 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend has option
 // triton=gemv and the product is a dense layer of a few rows: lhs [..., K] and rhs
 // [N, K] both bfloat16, contracting lhs's last axis with rhs's axis 1, no batch axes,
-// M (the product of lhs's other dimensions) from 1 to 4, a tile of gemvTile, and an
+// M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile, and an
 // output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
 // [..., N]. ok is false, with no op added, for every other product; err is set (with
 // ok true) only if building the lowered product failed.

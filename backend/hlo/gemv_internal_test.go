@@ -24,9 +24,11 @@ func TestGEMVTile(t *testing.T) {
 		{2, 130560, 2048, tile(8, 256, 1), true}, // its head
 		{4, 192, 64, tile(8, 64, 1), true},       // the fixtures'
 		{3, 64, 160, tile(8, 32, 1), true},
-		{4, 96, 24, triton.Tile{}, false}, // no K step of 16 or more divides K
-		{4, 36, 64, triton.Tile{}, false}, // BN does not divide N
-		{5, 96, 64, triton.Tile{}, false},
+		{4, 96, 24, triton.Tile{}, false},      // no K step of 16 or more divides K
+		{4, 36, 64, triton.Tile{}, false},      // BN does not divide N
+		{8, 2560, 2048, tile(8, 128, 1), true}, // the fused step's qkv
+		{5, 96, 64, tile(8, 64, 1), true},
+		{9, 96, 64, triton.Tile{}, false},
 		{0, 96, 64, triton.Tile{}, false},
 	} {
 		got, ok := gemvTile(c.m, c.n, c.k)

@@ -8,8 +8,8 @@
 //
 // It runs hand-written Triton IR (TTIR) kernels: y = 2x over 1024 floats, then
 // y = x·Wᵀ for each weight shape of MiniCPM5-2B (W [n, k] bf16 row-major, x [m, k]
-// bf16, float32 accumulation, y [m, n] bf16 as model/linear.go's dot) at 1 row (the AR
-// step) and 4 rows (the 4-token denoise step), a few tiles each. Every kernel is checked
+// bf16, float32 accumulation, y [m, n] bf16) at 1 row (the AR step), 4 rows (the
+// 4-token denoise step) and 8 rows (the fused step), a few tiles each. Every kernel is checked
 // against XLA's dot of the same shapes and types, and both are timed inside a While.
 // It prints one table row per shape and row count, and the GEMMs of one step summed
 // over the layers. It needs the GPU:
@@ -62,8 +62,9 @@ var allShapes = []layerShape{
 	{"down", 2048, 6144, 42}, {"head", 130560, 2048, 1},
 }
 
-// rowCounts are the rows of x: the AR step's token and the denoise step's 4.
-var rowCounts = []int{1, 4}
+// rowCounts are the rows of x: the AR step's token, the denoise step's 4 and the fused
+// step's 8.
+var rowCounts = []int{1, 4, 8}
 
 // tiles are the GEMV tiles tried per row count, each within triton.MaxAccumulators
 // float32 accumulators per thread (m × bn × bk / 128): first one not pipelined (at 1
@@ -73,6 +74,7 @@ var rowCounts = []int{1, 4}
 var tiles = map[int][]triton.Tile{
 	1: {{BN: 8, BK: 512, Stages: 1}, {BN: 8, BK: 512, Stages: 3}, {BN: 16, BK: 256, Stages: 3}},
 	4: {{BN: 8, BK: 256, Stages: 1}, {BN: 8, BK: 256, Stages: 3}, {BN: 16, BK: 128, Stages: 3}},
+	8: {{BN: 8, BK: 128, Stages: 1}, {BN: 8, BK: 128, Stages: 3}, {BN: 16, BK: 64, Stages: 3}},
 }
 
 // streamBytes is how many bytes of copies of W each timed loop cycles through: well
