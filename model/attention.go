@@ -172,13 +172,14 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	q := Reshape(qHeads, b, w, kvHeads, group, d)
 	k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
 
+	var newCache *layerKV
+	if cache != nil {
+		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
+	}
+
 	scale := 1 / math.Sqrt(float64(d))
-	if mask.fused != nil && mask.cache == nil {
+	if mask.fused != nil { // set for windows that read no cache only
 		if out := fusedAttention(qHeads, k, v, mask.fused, scale); out != nil {
-			var newCache *layerKV
-			if cache != nil {
-				newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
-			}
 			return Reshape(out, b, w, heads*d), newCache
 		}
 	}
@@ -189,8 +190,9 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		return MulScalar(s, scale)
 	}
 	negInf := Infinity(qkv.Graph(), dtypes.Float32, -1)
+	readsCache := cache != nil && mask.cache != nil
 	var out *Node
-	if cache != nil && mask.cache != nil && concatenates(cache.k.Shape(), w) {
+	if readsCache && concatenates(cache.k.Shape(), w) {
 		// One score and one value product over the cache slots and the window: the
 		// window's keys and values join the cache's [b, kvHeads, s+w, d], the cache mask
 		// [b, 1, 1, 1, s] the window mask [b, 1, w, 1, w].
@@ -204,7 +206,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	} else {
 		winScores := scores(k, []int{0, 2})
 		winScores = Where(BroadcastToShape(mask.window, winScores.Shape()), winScores, negInf)
-		if cache != nil && mask.cache != nil {
+		if readsCache {
 			cacheScores := scores(cache.k, []int{0, 1})
 			cacheScores = Where(BroadcastToShape(mask.cache, cacheScores.Shape()), cacheScores, negInf)
 			s := cache.k.Shape().Dimensions[2]
@@ -216,13 +218,8 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 			out = weighted(ConvertDType(Softmax(winScores, -1), v.DType()), v, 1, []int{0, 2})
 		}
 	}
-	var newCache *layerKV
-	if cache != nil {
-		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
-	}
 	// [b, kvHeads, w, group, d] → [b, w, heads·d]
-	out = Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d)
-	return out, newCache
+	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
 }
 
 // concatMaxBytes bounds the keys and values that a window reading the cache copies to

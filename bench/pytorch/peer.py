@@ -595,6 +595,8 @@ def int_list(text: str) -> list:
 # L2. (Prefetching from the attention kernel itself lengthened it by more than the
 # GEMVs gained: run O, branch peer-l2-prefetch.)
 SIDE_PREFETCH_MIB = {"side-l2o": 0, "side-l2": 16}
+# The AR batch-1 variants of the main fast-decode path: reported, never a fallback.
+FAST_VARIANTS = ("pdl-late", *SIDE_PREFETCH_MIB)
 SIDE_PREFETCH_CTAS = 32
 
 
@@ -2439,7 +2441,7 @@ class Runner:
     def gemv_for(self, spec: StepSpec, tuning: str):
         """The fused GEMV ops a step runs with; None = the compiled cuBLAS path."""
         small = spec.kind != "prefill" and spec.batch * spec.tokens <= GEMV_MAX_ROWS
-        return self.gemv if tuning in ("main", "pdl-late", *SIDE_PREFETCH_MIB) and small else None
+        return self.gemv if (tuning == "main" or tuning in FAST_VARIANTS) and small else None
 
     def dattn_for(self, spec: StepSpec, attn: str, gemv):
         """The decode attention a step runs with: fast-layer AR steps whose attention
@@ -2506,7 +2508,7 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - report and fall back, never die here
                 traceback.print_exc()
                 what = f"{spec.label} attn={attn} mode {mode}: {type(e).__name__}: {str(e)[:200]}"
-                if tuning in ("pdl-late", *SIDE_PREFETCH_MIB):  # variants: the main path stays
+                if tuning in FAST_VARIANTS:  # the main path stays as it is
                     self.note(f"{what}; step FAILED")
                     self.checks[f"{spec.label}_{attn}_{tuning}"] = {"ok": False, "error": what}
                     self.rows.append(self.row(spec, None, f"FAILED ({type(e).__name__})", attn, tuning))

@@ -49,6 +49,9 @@ var (
 	prefillAt = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 )
 
+// prefillAttention is -prefill-attention, parsed by main.
+var prefillAttention []model.PrefillAttention
+
 // prefillModes parses -prefill-attention.
 func prefillModes() ([]model.PrefillAttention, error) {
 	all := []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused, model.PrefillAttentionPlain}
@@ -86,15 +89,14 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("backend: %s", choice)
-	modes, err := prefillModes()
-	if err != nil {
+	if prefillAttention, err = prefillModes(); err != nil {
 		log.Fatal(err)
 	}
 	m, err := loadModel(b)
 	if err != nil {
 		log.Fatal(err)
 	}
-	m.PrefillAttention = modes[0]
+	m.PrefillAttention = prefillAttention[0]
 	log.Printf("model: %s, %d layers, %s, weights %.2f GB", m.Config.Architecture, m.Config.NumLayers, m.DType,
 		float64(m.WeightBytes())/1e9)
 

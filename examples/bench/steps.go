@@ -161,17 +161,15 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 // block-causal with blocks of 4, keys and values written, logits of the last position)
 // with each attention path of -prefill-attention.
 func benchPrefill(m *model.Model) []row {
-	modes, err := prefillModes()
-	check(err)
 	defer func(mode model.PrefillAttention) { m.PrefillAttention = mode }(m.PrefillAttention)
 	var rows []row
-	for _, mode := range modes {
+	for _, mode := range prefillAttention {
 		m.PrefillAttention = mode
 		for _, n := range []int{512, 2048} {
 			if n > m.Config.MaxPositionEmbeddings {
 				continue
 			}
-			rows = append(rows, benchPrefillOnce(m, n, len(modes) > 1))
+			rows = append(rows, benchPrefillOnce(m, n, len(prefillAttention) > 1))
 		}
 	}
 	return rows
