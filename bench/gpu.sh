@@ -5,17 +5,17 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
-#   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
-#                                      and the fixtures, then its steps with and without
-#                                      our Triton GEMVs against XLA's (at most ~410 s:
-#                                      run it and triton as two device calls)
+#   bash bench/gpu.sh hlo hlosteps     our own StableHLO backend against the Go backend
+#                                      and the fixtures (at most ~135 s), then its steps
+#                                      with and without our Triton GEMVs against XLA's
+#                                      (at most ~400 s)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
 #                                      beside this one (~80 s, plus ~200 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, fixtures, hlo and hlosteps (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -60,20 +60,25 @@ hlo() {
   GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 50 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
+}
+
+hlosteps() {
   # The batch-1 steps in a device loop (bf16, MiniCPM5-2B shape, random weights) on
-  # XLA's backend, ours, and ours with dense products of 1-8 rows as our Triton GEMVs
-  # (provisional tiles, backend/hlo/gemv.go); preallocating as $XLA_BF16 does. A run
-  # cut by its timeout shows no times (bench prints its table at the end).
+  # XLA's backend, ours, ours with our Triton GEMVs where the probe measured them faster
+  # (triton=gemv: 1 row, the larger weights) and ours with every product of 1-8 rows as
+  # our GEMV (triton=gemv-all); preallocating as $XLA_BF16 does. A run cut by its
+  # timeout shows no times (bench prints its table at the end).
   section "hlo backend: steps against XLA's (ms per step in a device loop of 20)"
-  printf '%-12s %-4s %10s %10s %10s\n' backend rc denoise fused ar-padded
+  printf '%-12s %-4s %10s %10s %10s %10s\n' backend rc denoise fused ar ar-padded
   local label config
-  for label in xla bdxla bdxla-triton; do
+  for label in xla bdxla bdxla-gemv bdxla-gemv-all; do
     case $label in
       xla) config=$XLA_BF16 ;;
       bdxla) config="bdxla:$plugin,preallocate=true" ;;
-      bdxla-triton) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
+      bdxla-gemv) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
+      bdxla-gemv-all) config="bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     esac
-    GOMLX_BACKEND=$config timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 \
+    GOMLX_BACKEND=$config timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar,ar-padded -iters 20 \
       >"$OUT/steps-$label.log" 2>&1
     local rc=$?
     printf '%-12s %-4s' "$label" "$rc"

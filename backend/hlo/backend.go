@@ -40,7 +40,7 @@ type Backend struct {
 	client     *pjrt.Client // nil for a build-only backend
 	device     *pjrt.Device // the device every buffer and execution uses
 	noTF32     bool         // float32 dot products at full precision (option "notf32")
-	tritonGEMV bool         // dense products of 1-8 bf16 rows run our Triton GEMV (option "triton=gemv", gemv.go)
+	tritonGEMV gemvPolicy   // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
 	finalized  bool
 }
 
@@ -51,11 +51,14 @@ var _ compute.Backend = (*Backend)(nil)
 //   - "preallocate=<bool>", the client's;
 //   - "notf32", which makes float32 dot products run at full precision (XLA's GPU default
 //     rounds their inputs to TF32; the float32 fixture tests need exact products);
-//   - "triton=gemv", which lowers dense products of 1 to 8 bfloat16 rows (x [..., K]
-//     times W [N, K]ᵀ, as model/linear.go's) to our own Triton GEMV kernel (package
-//     backend/hlo/triton) instead of stablehlo.dot_general; see [Function.DotGeneral].
+//   - "triton=gemv", which lowers the dense bfloat16 products (x [..., K] times
+//     W [N, K]ᵀ, as model/linear.go's) that our own Triton GEMV kernel (package
+//     backend/hlo/triton) measured faster than stablehlo.dot_general on the H200 to that
+//     kernel: one row, and W of at least 8 Mi entries; see [Function.DotGeneral];
+//   - "triton=gemv-all", which lowers every such product of 1 to 8 rows that the kernel
+//     can compute (for tests and measurements).
 //
-// Unknown options, and values of triton other than gemv, are errors.
+// Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
@@ -106,7 +109,7 @@ func NewBuildOnlyWith(options string) (*Backend, error) {
 type options struct {
 	client     pjrt.NamedValuesMap // the client's (preallocate), nil if none
 	noTF32     bool                // "notf32"
-	tritonGEMV bool                // "triton=gemv"
+	tritonGEMV gemvPolicy          // "triton=gemv" or "triton=gemv-all"
 }
 
 // apply sets the options that change how b builds programs.
@@ -133,12 +136,16 @@ func parseOptions(list string) (options, error) {
 		case "notf32":
 			o.noTF32 = true
 		case "triton":
-			if value != "gemv" {
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv)", option, value)
+			switch value {
+			case "gemv":
+				o.tritonGEMV = gemvWhereFaster
+			case "gemv-all":
+				o.tritonGEMV = gemvAll
+			default:
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all)", option, value)
 			}
-			o.tritonGEMV = true
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all)", option)
 		}
 	}
 	return o, nil

@@ -5,17 +5,17 @@
 // It exists so that chosen operations can be lowered to our own kernels (XLA's
 // __gpu$xla.gpu.triton custom call, package backend/hlo/triton), which GoMLX's graph API
 // and go-xla's own backend cannot emit. Every operation is plain StableHLO, op for op,
-// except dense products with option triton=gemv (below); fused operations GoMLX can
+// except dense products with option triton (below); fused operations GoMLX can
 // decompose (softmax, scaled dot-product attention, …) are declined with
 // [compute.ErrNotImplemented] so that GoMLX decomposes them.
 //
 // Its configuration is the PJRT plugin's path (or name), optionally followed by options
 // after commas (see [New]): "preallocate=<bool>" for the client, "notf32" for float32
-// dot products at full precision, and "triton=gemv", which runs dense products of 1 to 8
-// bfloat16 rows (x [..., K] · W [N, K]ᵀ, model/linear.go's, in the 4-token denoise step
-// and the padded AR step) as our own Triton GEMV kernel instead of
-// stablehlo.dot_general; its tiles are provisional until bench/gpu.sh's triton section
-// has timed them (gemv.go). For example:
+// dot products at full precision, and "triton=gemv", which runs dense bfloat16 products
+// (x [..., K] · W [N, K]ᵀ, model/linear.go's) as our own Triton GEMV kernel instead of
+// stablehlo.dot_general where bench/gpu.sh's triton section measured it faster on the
+// H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
+// product of 1 to 8 rows the kernel can compute). For example:
 //
 //	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv"
 //

@@ -21,19 +21,37 @@ const maxGEMVRows = 8
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
 const minGEMVStep = 16
 
-// gemvTiles is the Triton GEMV tile per row count. Provisional until `bash bench/gpu.sh
-// triton` has timed the probe's tiles on the H200: for now the unpipelined ones, as only
-// the 1-row 8×512 kernel has run on a GPU and no kernel pipelined with tt.num_stages
-// has; 8×256 at 2-4 rows and 8×128 at 5-8 keep the rows within triton.MaxAccumulators.
+// gemvPolicy says which dense bfloat16 products run our Triton GEMV (option "triton").
+type gemvPolicy int
+
+const (
+	gemvNone        gemvPolicy = iota // none: every product is a stablehlo.dot_general
+	gemvWhereFaster                   // "triton=gemv": those measured faster (lowersWhereFaster)
+	gemvAll                           // "triton=gemv-all": every one gemvTile has a tile for
+)
+
+// minFasterGEMVWeight is the fewest entries of W for which the 1-row GEMV beat XLA's
+// dot on the H200 (BENCHMARKS.md, run R: MiniCPM5-2B's gate/up 0.92×, down 0.89×, head
+// 0.96× the time of XLA's; its qkv, 5 Mi entries, 1.42×, and o, 4 Mi, 1.20×). With more
+// rows XLA's dot was as fast or faster for every shape.
+const minFasterGEMVWeight = 8 << 20
+
+// lowersWhereFaster reports whether the GEMV of m rows of W [n, k] is one that run R
+// measured faster than XLA's dot.
+func lowersWhereFaster(m, n, k int) bool { return m == 1 && n*k >= minFasterGEMVWeight }
+
+// gemvTiles is the Triton GEMV tile per row count: the fastest of those bench/tritonprobe
+// timed on the H200 for most of MiniCPM5-2B's weights (BENCHMARKS.md, run R), all
+// pipelined over 3 stages. 16×64 at 5-8 rows keeps the rows within triton.MaxAccumulators.
 var gemvTiles = [maxGEMVRows + 1]triton.Tile{
-	1: {BN: 8, BK: 512, Stages: 1},
-	2: {BN: 8, BK: 256, Stages: 1},
-	3: {BN: 8, BK: 256, Stages: 1},
-	4: {BN: 8, BK: 256, Stages: 1},
-	5: {BN: 8, BK: 128, Stages: 1},
-	6: {BN: 8, BK: 128, Stages: 1},
-	7: {BN: 8, BK: 128, Stages: 1},
-	8: {BN: 8, BK: 128, Stages: 1},
+	1: {BN: 8, BK: 512, Stages: 3},
+	2: {BN: 8, BK: 256, Stages: 3},
+	3: {BN: 8, BK: 256, Stages: 3},
+	4: {BN: 8, BK: 256, Stages: 3},
+	5: {BN: 16, BK: 64, Stages: 3},
+	6: {BN: 16, BK: 64, Stages: 3},
+	7: {BN: 16, BK: 64, Stages: 3},
+	8: {BN: 16, BK: 64, Stages: 3},
 }
 
 // gemvTile is the tile of the GEMV of m rows of W [n, k], if there is one: gemvTiles'
@@ -75,8 +93,9 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 	return out, out == dtypes.BFloat16 || out == dtypes.Float32
 }
 
-// tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend has option
-// triton=gemv and the product is a dense layer of a few rows: lhs [..., K] and rhs
+// tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
+// triton lowers the product (triton=gemv: only where lowersWhereFaster; triton=gemv-all:
+// always) and it is a dense layer of a few rows: lhs [..., K] and rhs
 // [N, K] both bfloat16, contracting lhs's last axis with rhs's axis 1, no batch axes,
 // M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile, and an
 // output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
@@ -86,7 +105,7 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
 	ls, rs := lhs.Shape(), rhs.Shape()
-	if !f.builder.backend.tritonGEMV || ls.DType != dtypes.BFloat16 || rs.DType != dtypes.BFloat16 ||
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || rs.DType != dtypes.BFloat16 ||
 		len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
 		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
 		return nil, false, nil
@@ -99,6 +118,9 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	m, k, n := 1, rs.Dimensions[1], rs.Dimensions[0]
 	for _, d := range rows {
 		m *= d
+	}
+	if f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k) {
+		return nil, false, nil
 	}
 	t, ok := gemvTile(m, n, k)
 	if !ok {

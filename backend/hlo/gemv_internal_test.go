@@ -19,15 +19,17 @@ func TestGEMVTile(t *testing.T) {
 		want    triton.Tile
 		ok      bool
 	}{
-		{1, 12288, 2048, tile(8, 512, 1), true},  // MiniCPM5-2B's gate/up
-		{4, 2048, 6144, tile(8, 256, 1), true},   // its down
-		{2, 130560, 2048, tile(8, 256, 1), true}, // its head
+		{1, 12288, 2048, tile(8, 512, 3), true},  // MiniCPM5-2B's gate/up
+		{4, 2048, 6144, tile(8, 256, 3), true},   // its down
+		{2, 130560, 2048, tile(8, 256, 3), true}, // its head
+		{4, 2048, 512, tile(8, 256, 1), true},    // 2 K steps: not pipelined
 		{4, 192, 64, tile(8, 64, 1), true},       // the fixtures'
-		{3, 64, 160, tile(8, 32, 1), true},
+		{3, 64, 160, tile(8, 32, 3), true},
 		{4, 96, 24, triton.Tile{}, false},      // no K step of 16 or more divides K
 		{4, 36, 64, triton.Tile{}, false},      // BN does not divide N
-		{8, 2560, 2048, tile(8, 128, 1), true}, // the fused step's qkv
-		{5, 96, 64, tile(8, 64, 1), true},
+		{8, 2560, 2048, tile(16, 64, 3), true}, // the fused step's qkv
+		{5, 96, 64, tile(16, 64, 1), true},
+		{5, 40, 64, triton.Tile{}, false}, // BN 16 does not divide N
 		{9, 96, 64, triton.Tile{}, false},
 		{0, 96, 64, triton.Tile{}, false},
 	} {
@@ -38,14 +40,19 @@ func TestGEMVTile(t *testing.T) {
 		}
 	}
 
-	// A pipelined tile keeps its stages where the K loop is long enough.
-	saved := gemvTiles[4]
-	defer func() { gemvTiles[4] = saved }()
-	gemvTiles[4] = tile(8, 256, 3)
-	got, _ := gemvTile(4, 2048, 2048)
-	require.Equal(t, tile(8, 256, 3), got)
-	got, _ = gemvTile(4, 2048, 512)
-	require.Equal(t, tile(8, 256, 1), got, "2 K steps: not pipelined")
+}
+
+// triton=gemv lowers only the products measured faster than XLA's dot: one row and W
+// of at least 8 Mi entries.
+func TestLowersWhereFaster(t *testing.T) {
+	require.True(t, lowersWhereFaster(1, 12288, 2048))   // MiniCPM5-2B's gate/up
+	require.True(t, lowersWhereFaster(1, 2048, 6144))    // its down
+	require.True(t, lowersWhereFaster(1, 130560, 2048))  // its head
+	require.True(t, lowersWhereFaster(1, 4096, 2048))    // 8 Mi entries
+	require.False(t, lowersWhereFaster(1, 2560, 2048))   // its qkv
+	require.False(t, lowersWhereFaster(1, 2048, 2048))   // its o
+	require.False(t, lowersWhereFaster(4, 12288, 2048))  // 4 rows
+	require.False(t, lowersWhereFaster(1, 4096-8, 2048)) // just under 8 Mi
 }
 
 func TestGEMVOutput(t *testing.T) {

@@ -55,7 +55,7 @@ var sharedBackends = sync.OnceValues(func() ([2]compute.Backend, error) {
 })
 
 // tritonBackends returns the hlo backend of backends and one on the same client with
-// option triton=gemv, or skips.
+// option triton=gemv-all, or skips.
 func tritonBackends(t *testing.T) (plain, lowered compute.Backend) {
 	t.Helper()
 	plain, _ = backends(t)
@@ -69,7 +69,7 @@ var sharedTriton = sync.OnceValues(func() (*hlo.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all")
 })
 
 // opCase is a graph run on both backends.
@@ -379,7 +379,7 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(flat, dims...)
 }
 
-// The bf16 fixture models with triton=gemv give the plain backend's logits on the
+// The bf16 fixture models with triton=gemv-all give the plain backend's logits on the
 // windows whose dense products it lowers: 4 tokens without a cache, a 4-token prefill
 // (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
 // tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests

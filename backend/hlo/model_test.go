@@ -79,7 +79,7 @@ func TestModelProgramsBuild(t *testing.T) {
 	}
 }
 
-// With triton=gemv, a bf16 fixture model's cached window of 4 positions at batch 1
+// With triton=gemv-all, a bf16 fixture model's cached window of 4 positions at batch 1
 // (the denoise step) runs every dense layer, and the head, as our Triton GEMV of 4
 // rows; attention's products (batch axes) stay dot_generals. Without the option there
 // is no Triton call.

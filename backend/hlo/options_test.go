@@ -20,7 +20,10 @@ func TestParseOptions(t *testing.T) {
 
 	o, err = parseOptions("triton=gemv")
 	require.NoError(t, err)
-	require.Equal(t, options{tritonGEMV: true}, o)
+	require.Equal(t, options{tritonGEMV: gemvWhereFaster}, o)
+	o, err = parseOptions("triton=gemv-all")
+	require.NoError(t, err)
+	require.Equal(t, options{tritonGEMV: gemvAll}, o)
 
 	_, err = parseOptions("preallocate=maybe")
 	require.Error(t, err)
@@ -33,7 +36,7 @@ func TestParseOptions(t *testing.T) {
 
 	b, err := NewBuildOnlyWith("notf32,triton=gemv")
 	require.NoError(t, err)
-	require.True(t, b.noTF32 && b.tritonGEMV && b.buildOnly())
+	require.True(t, b.noTF32 && b.tritonGEMV == gemvWhereFaster && b.buildOnly())
 	_, err = NewBuildOnlyWith("triton=all")
 	require.Error(t, err)
 }
