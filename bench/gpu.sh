@@ -8,14 +8,15 @@
 #   bash bench/gpu.sh hlo hlosteps     our own StableHLO backend against the Go backend
 #                                      and the fixtures (at most ~135 s), then its steps
 #                                      with and without our Triton GEMVs against XLA's
-#                                      (at most ~400 s)
+#                                      (at most ~400 s); hlodecode: prefill and batch-1
+#                                      decoding on XLA's backend and ours (<= 300 s)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
 #                                      beside this one (~80 s, plus ~200 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo and hlosteps (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, fixtures, hlo, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -57,7 +58,7 @@ hlo() {
   section "hlo backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 85 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -60
-  GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 50 .gpu/bin/model.test -test.v \
+  GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 150 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
 }
@@ -86,6 +87,21 @@ hlosteps() {
       "$OUT/steps-$label.log"
     echo
     [ "$rc" = 0 ] || grep -m3 -E 'rror|panic|FAIL' "$OUT/steps-$label.log" | cut -c1-300
+  done
+}
+
+hlodecode() {
+  # Prefill and batch-1 decoding on XLA's backend and on ours with triton=gemv (whose
+  # 1-row AR steps are not padded: hlo.Backend.MinWindow).
+  local label config
+  for label in xla bdxla-gemv; do
+    case $label in
+      xla) config=$XLA_BF16 ;;
+      bdxla-gemv) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
+    esac
+    section "prefill and decoding at batch 1 on $label"
+    GOMLX_BACKEND=$config timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 >"$OUT/decode-$label.log" 2>&1
+    echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/decode-$label.log" | grep -v compiled
   done
 }
 
