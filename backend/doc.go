@@ -6,8 +6,9 @@
 //  1. BLOCKDIFF_PJRT_PLUGIN: the absolute path of a PJRT plugin (.so) to load with XLA.
 //  2. GOMLX_BACKEND: any GoMLX backend configuration, used as given (e.g. "go",
 //     "xla:/path/to/plugin.so,preallocate=true", or "bdxla:/path/to/plugin.so" for our own
-//     StableHLO backend, package backend/hlo, not yet validated on a GPU; its option
-//     triton=gemv runs small-row dense products as our own Triton kernel).
+//     StableHLO backend, package backend/hlo, whose option triton=gemv runs 1-row dense
+//     products of the larger weights as our own Triton kernel: autoregressive decoding
+//     7 % faster at batch 1, long prefills slower; see BENCHMARKS.md).
 //  3. Auto-detection of the CUDA plugin of the `jax-cuda13-pjrt` Python package
 //     (jax_plugins/xla_cuda13/xla_cuda_plugin.so) in the machine's Python
 //     site-packages folders, when an NVIDIA device is present.

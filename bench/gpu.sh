@@ -51,10 +51,10 @@ fixtures() {
 }
 
 hlo() {
-  # Our own StableHLO backend (backend/hlo), not yet validated on a GPU: its ops, the
-  # fixture models' logits and greedy decodes against the Go backend, and triton=gemv's
-  # GEMVs against its dot_generals, then model.test's fixture tests on it (float32
-  # products at full precision, as in the fixtures section).
+  # Our own StableHLO backend (backend/hlo): its ops, the fixture models' logits and
+  # greedy decodes against the Go backend, and triton=gemv-all's GEMVs against its
+  # dot_generals, then model.test's fixture tests on it (float32 products at full
+  # precision, as in the fixtures section).
   section "hlo backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 85 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -60
