@@ -48,8 +48,13 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
-	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
-		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
+	if m.PrefillAttention.useFused(compute, m.backend) {
+		switch {
+		case mask.cache == nil:
+			mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
+		case mask.concat != nil:
+			mask.fused = newFusedMasks(mask.concat, false)
+		}
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {

@@ -179,3 +179,87 @@ func TestFusedBiasIsTheBlockCausalMask(t *testing.T) {
 	t.Logf("max |Δ| = %.2g", diff)
 	require.LessOrEqual(t, diff, float32(1e-6))
 }
+
+// cachedWindowOutputs compiles a window of the given tokens that reads a cache of 16
+// slots (filled with smooth pseudo-random keys and values, of which each row sees its
+// first start[row]) and writes its own keys after them, as a decoding step does, with
+// the model's current PrefillAttention. It returns the logits as rows, and how many
+// fused attention nodes the graph holds.
+func cachedWindowOutputs(t *testing.T, m *Model, tokens [][]int32, start []int32) (logits [][]float32, fusedNodes int) {
+	t.Helper()
+	b, w := len(tokens), len(tokens[0])
+	name := fmt.Sprintf("test/cached/%s", m.PrefillAttention)
+	p, err := m.Compile(name, []shapes.Shape{shapes.Make(dtypes.Int32, b, w), shapes.Make(dtypes.Int32, b)},
+		func(wt *Weights, in []*Node) []*Node {
+			g := in[0].Graph()
+			cache := &CacheNodes{}
+			shape := m.CacheShape(b, 16)
+			for l := range m.Config.NumLayers {
+				fill := func(phase float64) *Node {
+					x := Sin(MulScalar(AddScalar(Iota(g, shapes.Make(dtypes.Float32, shape.Dimensions...), 3), phase), 0.37))
+					return ConvertDType(Mul(x, Cos(ConvertDType(Iota(g, shapes.Make(dtypes.Int32, shape.Dimensions...), 2), dtypes.Float32))), shape.DType)
+				}
+				cache.K = append(cache.K, fill(float64(2*l)))
+				cache.V = append(cache.V, fill(float64(2*l+1)))
+			}
+			writeLen := Const(g, []int32{int32(w), int32(w)})
+			win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: writeLen, BlockSize: 4}
+			logits, _ := m.Forward(wt, win, cache, nil)
+			return []*Node{logits}
+		})
+	require.NoError(t, err)
+	defer p.Graph().Finalize()
+	for _, n := range p.Graph().Nodes() {
+		if n.Type() == NodeTypeFusedScaledDotProductAttention {
+			fusedNodes++
+		}
+	}
+	flat := make([]int32, 0, b*w)
+	for _, row := range tokens {
+		flat = append(flat, row...)
+	}
+	out, err := p.Run(tensors.FromFlatDataAndDimensions(flat, b, w), tensors.FromValue(start))
+	require.NoError(t, err)
+	defer func() { _ = out[0].FinalizeAll() }()
+	data, err := tensors.CopyFlatData[float32](out[0])
+	require.NoError(t, err)
+	n := out[0].Shape().Dimensions[out[0].Rank()-1]
+	for i := 0; i < len(data); i += n {
+		logits = append(logits, data[i:i+n])
+	}
+	return logits, fusedNodes
+}
+
+// A window that reads a small cache (concatenating the cache's keys and its own) takes
+// the fused attention op over both when PrefillAttention asks for it, and gives the
+// plain path's logits: within bf16's resolution in bfloat16 (cuDNN on XLA's CUDA
+// plugin) and float32 rounding in float32 (the Go backend's fused op, which takes the
+// boolean mask). Where the backend declines, both sides are the plain path. Rows see 5
+// and 12 cache slots.
+func TestFusedCachedAttentionMatchesPlain(t *testing.T) {
+	b := testutil.Backend(t)
+	for _, c := range []struct {
+		dtype dtypes.DType
+		tol   float64
+	}{{dtypes.BFloat16, 2e-2}, {dtypes.Float32, logitTolerance}} {
+		t.Run(c.dtype.String(), func(t *testing.T) {
+			m, err := NewRandom(b, prefillConfig(), c.dtype, 9)
+			require.NoError(t, err)
+			defer m.Close()
+			tokens := [][]int32{{3, 17, 40, 9}, {22, 5, 61, 30}}
+			start := []int32{5, 12}
+			m.PrefillAttention = PrefillAttentionPlain
+			want, fusedNodes := cachedWindowOutputs(t, m, tokens, start)
+			require.Zero(t, fusedNodes, "plain path built a fused attention node")
+			m.PrefillAttention = PrefillAttentionFused
+			got, fusedNodes := cachedWindowOutputs(t, m, tokens, start)
+			t.Logf("fused attention nodes: %d", fusedNodes)
+			if b.Name() == "go" && c.dtype == dtypes.Float32 {
+				require.Equal(t, m.Config.NumLayers, fusedNodes, "one fused attention per layer")
+			}
+			rel := maxRelDiff(t, got, want)
+			t.Logf("max |Δ| / max |plain|: %.2g", rel)
+			require.LessOrEqual(t, rel, c.tol)
+		})
+	}
+}
