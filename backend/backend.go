@@ -163,8 +163,8 @@ func RunsLoopsOnDevice(b compute.Backend) bool {
 
 // MinWindow is the fewest positions a decoding forward should run on b. XLA's GPU
 // GEMMs with one row are slower than with four (BENCHMARKS.md: an autoregressive step
-// padded to 4 rows took 2.65 ms on the H200, unpadded 3.34 ms), so one-token steps pad
-// there; the Go backend computes every row it is given, so it pads nothing. A backend
+// padded to 4 rows took 2.65 ms on the H200, unpadded 3.34 ms, in run D; 2.625 against
+// 2.694 ms in run V), so one-token steps pad there; the Go backend computes every row it is given, so it pads nothing. A backend
 // with a method MinWindow() int gives its own (our StableHLO backend, whose option
 // triton=gemv makes 1-row steps the faster).
 func MinWindow(b compute.Backend) int {

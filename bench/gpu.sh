@@ -13,7 +13,7 @@
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
-#                                      beside this one (~80 s, plus ~200 s per variant;
+#                                      beside this one (~140 s, plus ~260 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
 # Sections: peer, bench, fixtures, hlo, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
@@ -189,9 +189,10 @@ tiling() {
 
 variants() {
   # The builds of other git refs (bench/build-gpu.sh with VARIANTS) against this one:
-  # the variants' correctness on XLA, then everyone's steps and batch-64 decoding.
+  # the variants' correctness on XLA, then everyone's steps and decoding at batch 1
+  # and 64.
   # VARIANTS="ref ..." here picks some of the builds (a device call fits two);
-  # VARIANT_TESTS=0 skips their tests (~90 s per variant instead of ~200 s).
+  # VARIANT_TESTS=0 skips their tests (~150 s per variant instead of ~260 s, estimated).
   export GOMLX_BACKEND=$XLA_BF16
   local dirs=(.gpu/bin .gpu/bin/*/)
   if [ -n "${VARIANTS:-}" ]; then
@@ -202,12 +203,12 @@ variants() {
     section "variant ${dir#.gpu/bin}"
     if [ "$dir" != .gpu/bin ] && [ "${VARIANT_TESTS:-1}" = 1 ]; then
       GOMLX_BACKEND="$XLA_BF16,notf32" timeout 100 "$dir/model.test" \
-        -test.run 'TestCachedPath|TestFixtureLogits' 2>&1 | tail -1
+        -test.run 'TestCachedPath|TestFixtureLogits|TestFused' 2>&1 | tail -1
       GOMLX_BACKEND="$XLA_BF16,notf32" timeout 150 "$dir/diffusion.test" \
         -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle' 2>&1 | tail -1
     fi
     timeout 120 "$dir/bench" -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 | grep 'device loop'
-    timeout 150 "$dir/bench" -only decode -batches 64 2>&1 | grep -E '^(fused|autoregressive) .* 64 '
+    timeout 200 "$dir/bench" -only decode -batches 1,64 2>&1 | grep -E '^(fused|autoregressive) .* (1|64) '
   done
 }
 

@@ -39,7 +39,6 @@ func TestGEMVTile(t *testing.T) {
 			require.Equal(t, c.want, got, "%+v", c)
 		}
 	}
-
 }
 
 // triton=gemv lowers only the products measured faster than XLA's dot: one row and W
