@@ -215,9 +215,9 @@ variants() {
 triton() {
   # Can a StableHLO program run our own Triton kernels (XLA's __gpu$xla.gpu.triton
   # custom call, through go-xla's public packages)? And how fast are hand-written GEMVs
-  # of every layer shape, at 1, 4 and 8 rows, next to XLA's dot of the same shapes? 123
-  # programs to compile (~130 s, estimated); XLA's messages, and each failing kernel's
-  # whole error, go to tritonprobe.err.
+  # of every layer shape, at 1, 4 and 8 rows, next to XLA's dot of the same shapes? 143
+  # programs to compile (run R took 50 s for the 123 before the tensor-core tiles); XLA's
+  # messages, and each failing kernel's whole error, go to tritonprobe.err.
   section "Triton kernels in StableHLO (bench/tritonprobe)"
   timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" 2>"$OUT/tritonprobe.err"
   local rc=$?
