@@ -10,8 +10,9 @@
 // y = x·Wᵀ for each weight shape of MiniCPM5-2B (W [n, k] bf16 row-major, x [m, k]
 // bf16, float32 accumulation, y [m, n] bf16) at 1 row (the AR step), 4 rows (the
 // 4-token denoise step) and 8 rows (the fused step), a few tiles each; at 4 and 8 rows
-// also tiles that multiply on the tensor cores (triton.Tile's Dot, not yet run on a GPU). Every kernel is checked
-// against XLA's dot of the same shapes and types, and both are timed inside a While.
+// also tiles that multiply on the tensor cores (triton.Tile's Dot, not yet run on a
+// GPU). Every kernel is checked against XLA's dot of the same shapes and types, and
+// both are timed inside a While.
 // It prints one table row per shape and row count, and the GEMMs of one step summed
 // over the layers. It needs the GPU:
 //
