@@ -133,10 +133,6 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 	if m > 1 {
 		accs = fmt.Sprintf("%%acc:%d", m)
 	}
-	loopAttr := ""
-	if t.Stages > 1 {
-		loopAttr = fmt.Sprintf(" {tt.num_stages = %d : i32}", t.Stages)
-	}
 	accType := fmt.Sprintf("tensor<%dx%dxf32>", t.BN, t.BK)
 	// A bfloat16 y stores the rounded sums %yt, a float32 y the sums themselves.
 	round, stored := "", "%sum$m"
@@ -144,15 +140,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 		round, stored = "    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>\n", "%yt$m"
 	}
 
-	b.WriteString(`module {
-  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+	b.WriteString(kernelHead + `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
     %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
     %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
     %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
@@ -206,23 +194,12 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 }`)
 	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
 		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
-		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", loopAttr, "$YT", elementType(out)).Replace(b.String()), nil
+		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(b.String()), nil
 }
 
-// dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [DotRows, BK] tile
-// (rows past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a
-// transposed operand) and accumulates their tt.dot into one [DotRows, BN] float32
-// accumulator; the rows below m are stored, rounded for a bfloat16 y.
-func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
-	loopAttr := ""
-	if t.Stages > 1 {
-		loopAttr = fmt.Sprintf(" {tt.num_stages = %d : i32}", t.Stages)
-	}
-	round, stored := "", "%acc"
-	if out == dtypes.BFloat16 {
-		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
-	}
-	text := `module {
+// kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
+// $YT) and the constants and program offset n0 both start from.
+const kernelHead = `module {
   tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
     %c0 = arith.constant 0 : i32
     %cK = arith.constant $K : i32
@@ -230,7 +207,27 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
     %cBN = arith.constant $BN : i32
     %pid = tt.get_program_id x : i32
     %n0 = arith.muli %pid, %cBN : i32
-    %rm = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+`
+
+// loopAttr marks the K loop of a kernel of t pipelined Stages deep: without it, Triton
+// pipelines no load of a loop that has no tt.dot.
+func (t Tile) loopAttr() string {
+	if t.Stages > 1 {
+		return fmt.Sprintf(" {tt.num_stages = %d : i32}", t.Stages)
+	}
+	return ""
+}
+
+// dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [DotRows, BK] tile
+// (rows past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a
+// transposed operand) and accumulates their tt.dot into one [DotRows, BN] float32
+// accumulator; the rows below m are stored, rounded for a bfloat16 y.
+func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
+	round, stored := "", "%acc"
+	if out == dtypes.BFloat16 {
+		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
+	}
+	text := kernelHead + `    %rm = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
     %mlast = arith.constant dense<$MLAST> : tensor<$Rxi32>
     %rmc = arith.minsi %rm, %mlast : tensor<$Rxi32>
     %Kr = arith.constant dense<$K> : tensor<$Rxi32>
@@ -286,5 +283,5 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
 	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", DotRows, t.BK), "$RxBN", fmt.Sprintf("%dx%d", DotRows, t.BN),
 		"$Rx", fmt.Sprintf("%dx", DotRows), "$R ", fmt.Sprintf("%d ", DotRows), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
 		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
-		"$LOOPATTR", loopAttr, "$YT", elementType(out)).Replace(text)
+		"$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(text)
 }
