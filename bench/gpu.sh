@@ -63,6 +63,17 @@ hlo() {
   echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
 }
 
+# backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
+# ours, ours with triton=gemv or with triton=gemv-all, each preallocating.
+backend_config() {
+  case $1 in
+    xla) echo "$XLA_BF16" ;;
+    bdxla) echo "bdxla:$plugin,preallocate=true" ;;
+    bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
+    bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
+  esac
+}
+
 hlosteps() {
   # The batch-1 steps in a device loop (bf16, MiniCPM5-2B shape, random weights) on
   # XLA's backend, ours, ours with our Triton GEMVs where the probe measured them faster
@@ -71,15 +82,9 @@ hlosteps() {
   # timeout shows no times (bench prints its table at the end).
   section "hlo backend: steps against XLA's (ms per step in a device loop of 20)"
   printf '%-12s %-4s %10s %10s %10s %10s\n' backend rc denoise fused ar ar-padded
-  local label config
+  local label
   for label in xla bdxla bdxla-gemv bdxla-gemv-all; do
-    case $label in
-      xla) config=$XLA_BF16 ;;
-      bdxla) config="bdxla:$plugin,preallocate=true" ;;
-      bdxla-gemv) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
-      bdxla-gemv-all) config="bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
-    esac
-    GOMLX_BACKEND=$config timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar,ar-padded -iters 20 \
+    GOMLX_BACKEND=$(backend_config "$label") timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar,ar-padded -iters 20 \
       >"$OUT/steps-$label.log" 2>&1
     local rc=$?
     printf '%-12s %-4s' "$label" "$rc"
@@ -93,14 +98,10 @@ hlosteps() {
 hlodecode() {
   # Prefill and batch-1 decoding on XLA's backend and on ours with triton=gemv (whose
   # 1-row AR steps are not padded: hlo.Backend.MinWindow).
-  local label config
+  local label
   for label in xla bdxla-gemv; do
-    case $label in
-      xla) config=$XLA_BF16 ;;
-      bdxla-gemv) config="bdxla:$plugin,preallocate=true,triton=gemv" ;;
-    esac
     section "prefill and decoding at batch 1 on $label"
-    GOMLX_BACKEND=$config timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 >"$OUT/decode-$label.log" 2>&1
+    GOMLX_BACKEND=$(backend_config "$label") timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 >"$OUT/decode-$label.log" 2>&1
     echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/decode-$label.log" | grep -v compiled
   done
 }
@@ -215,9 +216,9 @@ variants() {
 triton() {
   # Can a StableHLO program run our own Triton kernels (XLA's __gpu$xla.gpu.triton
   # custom call, through go-xla's public packages)? And how fast are hand-written GEMVs
-  # of every layer shape, at 1, 4 and 8 rows, next to XLA's dot of the same shapes? 123
-  # programs to compile (~130 s, estimated); XLA's messages, and each failing kernel's
-  # whole error, go to tritonprobe.err.
+  # of every layer shape, at 1, 4 and 8 rows, next to XLA's dot of the same shapes? 143
+  # programs to compile (run R took 50 s for the 123 before the tensor-core tiles); XLA's
+  # messages, and each failing kernel's whole error, go to tritonprobe.err.
   section "Triton kernels in StableHLO (bench/tritonprobe)"
   timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" 2>"$OUT/tritonprobe.err"
   local rc=$?

@@ -3,7 +3,6 @@
 package diffusion
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -21,24 +20,17 @@ func TestProgramsBuildOnHLO(t *testing.T) {
 	m, err := model.Load(hlo.NewBuildOnly(), fixtures.Dir(t, "models", "tiny-minicpm"), model.LoadOptions{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
-	for _, mode := range []Mode{Fused, Reference, Autoregressive} {
-		for _, sampling := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/sampling=%t", mode, sampling), func(t *testing.T) {
-				cfg := Quality
-				cfg.Mode = mode
-				if sampling {
-					cfg.Temperature, cfg.TopK, cfg.TopP = 1, 10, 0.9
-				}
-				d, err := New(m, cfg)
-				require.NoError(t, err)
-				prefill, err := d.prefillProgram(2, 128, 2*d.loop.block)
-				require.NoError(t, err)
-				requireStableHLO(t, prefill, false)
-				chunk, err := d.chunkProgram(2, 128, 7, true)
-				require.NoError(t, err)
-				requireStableHLO(t, chunk, true)
-			})
-		}
+	for name, cfg := range loopConfigs() {
+		t.Run(name, func(t *testing.T) {
+			d, err := New(m, cfg)
+			require.NoError(t, err)
+			prefill, err := d.prefillProgram(2, 128, 2*d.loop.block)
+			require.NoError(t, err)
+			requireStableHLO(t, prefill, false)
+			chunk, err := d.chunkProgram(2, 128, 7, true)
+			require.NoError(t, err)
+			requireStableHLO(t, chunk, true)
+		})
 	}
 }
 

@@ -9,8 +9,10 @@
 // It runs hand-written Triton IR (TTIR) kernels: y = 2x over 1024 floats, then
 // y = x·Wᵀ for each weight shape of MiniCPM5-2B (W [n, k] bf16 row-major, x [m, k]
 // bf16, float32 accumulation, y [m, n] bf16) at 1 row (the AR step), 4 rows (the
-// 4-token denoise step) and 8 rows (the fused step), a few tiles each. Every kernel is checked
-// against XLA's dot of the same shapes and types, and both are timed inside a While.
+// 4-token denoise step) and 8 rows (the fused step), a few tiles each; at 4 and 8 rows
+// also tiles that multiply on the tensor cores (triton.Tile's Dot, not yet run on a
+// GPU). Every kernel is checked against XLA's dot of the same shapes and types, and
+// both are timed inside a While.
 // It prints one table row per shape and row count, and the GEMMs of one step summed
 // over the layers. It needs the GPU:
 //
@@ -70,11 +72,14 @@ var rowCounts = []int{1, 4, 8}
 // float32 accumulators per thread (m × bn × bk / 128): first one not pipelined (at 1
 // row, the tile of the kernel that ran), then it pipelined, then twice the rows for
 // half the K step. Each program reads all of x, m/bn of its W bytes, again from L2:
-// hence bn 8 and 16 at 4 rows, not 4.
+// hence bn 8 and 16 at 4 rows, not 4. At 4 and 8 rows, where one accumulator per row
+// lost to XLA's dot in run R (BENCHMARKS.md), two tensor-core (Dot) tiles follow.
 var tiles = map[int][]triton.Tile{
 	1: {{BN: 8, BK: 512, Stages: 1}, {BN: 8, BK: 512, Stages: 3}, {BN: 16, BK: 256, Stages: 3}},
-	4: {{BN: 8, BK: 256, Stages: 1}, {BN: 8, BK: 256, Stages: 3}, {BN: 16, BK: 128, Stages: 3}},
-	8: {{BN: 8, BK: 128, Stages: 1}, {BN: 8, BK: 128, Stages: 3}, {BN: 16, BK: 64, Stages: 3}},
+	4: {{BN: 8, BK: 256, Stages: 1}, {BN: 8, BK: 256, Stages: 3}, {BN: 16, BK: 128, Stages: 3},
+		{BN: 16, BK: 256, Stages: 4, Dot: true}, {BN: 32, BK: 128, Stages: 4, Dot: true}},
+	8: {{BN: 8, BK: 128, Stages: 1}, {BN: 8, BK: 128, Stages: 3}, {BN: 16, BK: 64, Stages: 3},
+		{BN: 16, BK: 256, Stages: 4, Dot: true}, {BN: 32, BK: 128, Stages: 4, Dot: true}},
 }
 
 // streamBytes is how many bytes of copies of W each timed loop cycles through: well
@@ -316,7 +321,12 @@ func printPrograms(run []layerShape) {
 }
 
 // tileLabel names t's programs.
-func tileLabel(t triton.Tile) string { return fmt.Sprintf("triton_%dx%d_s%d", t.BN, t.BK, t.Stages) }
+func tileLabel(t triton.Tile) string {
+	if t.Dot {
+		return fmt.Sprintf("triton_dot%dx%d_s%d", t.BN, t.BK, t.Stages)
+	}
+	return fmt.Sprintf("triton_%dx%d_s%d", t.BN, t.BK, t.Stages)
+}
 
 // timing is one shape's time per GEMM call at one row count.
 type timing struct {

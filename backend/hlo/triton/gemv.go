@@ -19,19 +19,41 @@ const MaxAccumulators = 64
 
 // Tile is how the GEMV splits its work: each program computes BN outputs of every row,
 // in K steps of BK; Stages > 1 pipelines the loads of the K loop that many steps deep.
-type Tile struct{ BN, BK, Stages int }
+// Dot multiplies each step's x and W tiles on the tensor cores (tt.dot, x padded to
+// DotRows rows) instead of into one accumulator per row of x.
+type Tile struct {
+	BN, BK, Stages int
+	Dot            bool
+}
 
-// String writes t as "8x512/s3".
-func (t Tile) String() string { return fmt.Sprintf("%dx%d/s%d", t.BN, t.BK, t.Stages) }
+// DotRows is the rows of x a Dot tile's kernel multiplies, the smallest side tt.dot
+// takes: rows past x's repeat its last one and are not stored.
+const DotRows = 16
 
-// Accumulators is how many float32 accumulators each thread holds at m rows: one
-// [BN, BK] accumulator per row, spread over the program's 32 × Warps threads.
-func (t Tile) Accumulators(m int) int { return m * t.BN * t.BK / (32 * Warps) }
+// String writes t as "8x512/s3", a Dot tile as "dot32x128/s3".
+func (t Tile) String() string {
+	prefix := ""
+	if t.Dot {
+		prefix = "dot"
+	}
+	return fmt.Sprintf("%s%dx%d/s%d", prefix, t.BN, t.BK, t.Stages)
+}
+
+// Accumulators is how many float32 accumulators each thread holds at m rows, spread
+// over the program's 32 × Warps threads: one [BN, BK] accumulator per row, or a Dot
+// tile's one [DotRows, BN] for all rows.
+func (t Tile) Accumulators(m int) int {
+	if t.Dot {
+		return DotRows * t.BN / (32 * Warps)
+	}
+	return m * t.BN * t.BK / (32 * Warps)
+}
 
 // CheckGEMV says why GEMVTTIR cannot write the kernel of m rows, W [n, k], tile t and
 // output dtype out, or returns nil: the tile's sides must be powers of two (Triton's
 // tensors) dividing n and k, it must fit MaxAccumulators at m rows, the offsets must fit
-// int32, and out must be bfloat16 or float32.
+// int32, and out must be bfloat16 or float32. A Dot tile also needs m ≤ DotRows and
+// sides of at least 16 (tt.dot's smallest).
 func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	var errs []error
 	if m < 1 || n < 1 || k < 1 {
@@ -41,6 +63,9 @@ func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 		errs = append(errs, fmt.Errorf("tile %v: its sides must be powers of two and its stages positive", t))
 	} else if n%t.BN != 0 || k%t.BK != 0 {
 		errs = append(errs, fmt.Errorf("tile %v does not divide W [%d, %d]", t, n, k))
+	}
+	if t.Dot && (m > DotRows || t.BN < 16 || t.BK < 16) {
+		errs = append(errs, fmt.Errorf("tile %v at %d rows: a Dot tile needs at most %d rows and sides of at least 16", t, m, DotRows))
 	}
 	if a := t.Accumulators(m); a > MaxAccumulators {
 		errs = append(errs, fmt.Errorf("tile %v at %d rows holds %d accumulators per thread, over %d", t, m, a, MaxAccumulators))
@@ -80,6 +105,9 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 	if err := CheckGEMV(m, n, k, t, out); err != nil {
 		return "", err
 	}
+	if t.Dot {
+		return dotTTIR(m, n, k, t, out), nil
+	}
 	var b strings.Builder
 	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
 	// offsets of its x and y rows, $acc its accumulator after the loop.
@@ -105,10 +133,6 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 	if m > 1 {
 		accs = fmt.Sprintf("%%acc:%d", m)
 	}
-	loopAttr := ""
-	if t.Stages > 1 {
-		loopAttr = fmt.Sprintf(" {tt.num_stages = %d : i32}", t.Stages)
-	}
 	accType := fmt.Sprintf("tensor<%dx%dxf32>", t.BN, t.BK)
 	// A bfloat16 y stores the rounded sums %yt, a float32 y the sums themselves.
 	round, stored := "", "%sum$m"
@@ -116,15 +140,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 		round, stored = "    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>\n", "%yt$m"
 	}
 
-	b.WriteString(`module {
-  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+	b.WriteString(kernelHead + `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
     %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
     %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
     %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
@@ -178,5 +194,94 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 }`)
 	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
 		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
-		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", loopAttr, "$YT", elementType(out)).Replace(b.String()), nil
+		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(b.String()), nil
+}
+
+// kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
+// $YT) and the constants and program offset n0 both start from.
+const kernelHead = `module {
+  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %c0 = arith.constant 0 : i32
+    %cK = arith.constant $K : i32
+    %cBK = arith.constant $BK : i32
+    %cBN = arith.constant $BN : i32
+    %pid = tt.get_program_id x : i32
+    %n0 = arith.muli %pid, %cBN : i32
+`
+
+// loopAttr marks the K loop of a kernel of t pipelined Stages deep: without it, Triton
+// pipelines no load of a loop that has no tt.dot.
+func (t Tile) loopAttr() string {
+	if t.Stages > 1 {
+		return fmt.Sprintf(" {tt.num_stages = %d : i32}", t.Stages)
+	}
+	return ""
+}
+
+// dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [DotRows, BK] tile
+// (rows past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a
+// transposed operand) and accumulates their tt.dot into one [DotRows, BN] float32
+// accumulator; the rows below m are stored, rounded for a bfloat16 y.
+func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
+	round, stored := "", "%acc"
+	if out == dtypes.BFloat16 {
+		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
+	}
+	text := kernelHead + `    %rm = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+    %mlast = arith.constant dense<$MLAST> : tensor<$Rxi32>
+    %rmc = arith.minsi %rm, %mlast : tensor<$Rxi32>
+    %Kr = arith.constant dense<$K> : tensor<$Rxi32>
+    %xrow = arith.muli %rmc, %Kr : tensor<$Rxi32>
+    %xrow2 = tt.expand_dims %xrow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %xrowb = tt.broadcast %xrow2 : tensor<$Rx1xi32> -> tensor<$RxBKxi32>
+    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
+    %rkx = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
+    %rkxb = tt.broadcast %rkx : tensor<1x$BKxi32> -> tensor<$RxBKxi32>
+    %xoff = arith.addi %xrowb, %rkxb : tensor<$RxBKxi32>
+    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$RxBKx!tt.ptr<bf16>>
+    %xp0 = tt.addptr %xbase, %xoff : tensor<$RxBKx!tt.ptr<bf16>>, tensor<$RxBKxi32>
+    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
+    %cols = arith.addi %n0s, %rn : tensor<$BNxi32>
+    %Kn = arith.constant dense<$K> : tensor<$BNxi32>
+    %coloff = arith.muli %cols, %Kn : tensor<$BNxi32>
+    %coloff2 = tt.expand_dims %coloff {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+    %coloffb = tt.broadcast %coloff2 : tensor<1x$BNxi32> -> tensor<$BKx$BNxi32>
+    %rkw = tt.expand_dims %rk {axis = 1 : i32} : tensor<$BKxi32> -> tensor<$BKx1xi32>
+    %rkwb = tt.broadcast %rkw : tensor<$BKx1xi32> -> tensor<$BKx$BNxi32>
+    %woff = arith.addi %coloffb, %rkwb : tensor<$BKx$BNxi32>
+    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BKx$BNx!tt.ptr<bf16>>
+    %wp0 = tt.addptr %wbase, %woff : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
+    %zero = arith.constant dense<0.000000e+00> : tensor<$RxBNxf32>
+    %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<$RxBNxf32>) : i32 {
+      %kx = tt.splat %k : i32 -> tensor<$RxBKxi32>
+      %xp = tt.addptr %xp0, %kx : tensor<$RxBKx!tt.ptr<bf16>>, tensor<$RxBKxi32>
+      %xv = tt.load %xp : tensor<$RxBKx!tt.ptr<bf16>>
+      %kw = tt.splat %k : i32 -> tensor<$BKx$BNxi32>
+      %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
+      %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<bf16>>
+      %d = tt.dot %xv, %wv, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
+      scf.yield %d : tensor<$RxBNxf32>
+    }$LOOPATTR
+    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
+    %yrow = arith.muli %rm, %Nr : tensor<$Rxi32>
+    %yrow2 = tt.expand_dims %yrow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %yrowb = tt.broadcast %yrow2 : tensor<$Rx1xi32> -> tensor<$RxBNxi32>
+    %cols2 = tt.expand_dims %cols {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+    %colsb = tt.broadcast %cols2 : tensor<1x$BNxi32> -> tensor<$RxBNxi32>
+    %yoff = arith.addi %yrowb, %colsb : tensor<$RxBNxi32>
+    %ybase = tt.splat %y : !tt.ptr<$YT> -> tensor<$RxBNx!tt.ptr<$YT>>
+    %yp = tt.addptr %ybase, %yoff : tensor<$RxBNx!tt.ptr<$YT>>, tensor<$RxBNxi32>
+    %mr = arith.constant dense<$M> : tensor<$Rxi32>
+    %rowok = arith.cmpi slt, %rm, %mr : tensor<$Rxi32>
+    %rowok2 = tt.expand_dims %rowok {axis = 1 : i32} : tensor<$Rxi1> -> tensor<$Rx1xi1>
+    %store = tt.broadcast %rowok2 : tensor<$Rx1xi1> -> tensor<$RxBNxi1>
+` + round + `    tt.store %yp, ` + stored + `, %store : tensor<$RxBNx!tt.ptr<$YT>>
+    tt.return
+  }
+}`
+	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", DotRows, t.BK), "$RxBN", fmt.Sprintf("%dx%d", DotRows, t.BN),
+		"$Rx", fmt.Sprintf("%dx", DotRows), "$R ", fmt.Sprintf("%d ", DotRows), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
+		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
+		"$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(text)
 }

@@ -9,32 +9,32 @@ import (
 )
 
 func TestCheckGEMV(t *testing.T) {
-	require.NoError(t, CheckGEMV(4, 2560, 2048, Tile{8, 256, 3}, dtypes.BFloat16))
-	require.NoError(t, CheckGEMV(1, 130560, 2048, Tile{8, 512, 1}, dtypes.Float32))
+	require.NoError(t, CheckGEMV(4, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 3}, dtypes.BFloat16))
+	require.NoError(t, CheckGEMV(1, 130560, 2048, Tile{BN: 8, BK: 512, Stages: 1}, dtypes.Float32))
 	for _, c := range []struct {
 		m, n, k int
 		tile    Tile
 		out     dtypes.DType
 		want    string
 	}{
-		{4, 2560, 2048, Tile{8, 512, 1}, dtypes.BFloat16, "128 accumulators"},
-		{1, 2560, 200, Tile{8, 256, 1}, dtypes.BFloat16, "does not divide"},
-		{1, 2560, 2048, Tile{8, 96, 1}, dtypes.BFloat16, "powers of two"},
-		{1, 2560, 2048, Tile{8, 256, 0}, dtypes.BFloat16, "stages positive"},
-		{0, 2560, 2048, Tile{8, 256, 1}, dtypes.BFloat16, "must be positive"},
-		{1, 2560, 2048, Tile{8, 256, 1}, dtypes.Float16, "only bfloat16 and float32"},
-		{1, 1 << 20, 1 << 12, Tile{8, 256, 1}, dtypes.Float32, "int32 offsets"},
+		{4, 2560, 2048, Tile{BN: 8, BK: 512, Stages: 1}, dtypes.BFloat16, "128 accumulators"},
+		{1, 2560, 200, Tile{BN: 8, BK: 256, Stages: 1}, dtypes.BFloat16, "does not divide"},
+		{1, 2560, 2048, Tile{BN: 8, BK: 96, Stages: 1}, dtypes.BFloat16, "powers of two"},
+		{1, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 0}, dtypes.BFloat16, "stages positive"},
+		{0, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 1}, dtypes.BFloat16, "must be positive"},
+		{1, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 1}, dtypes.Float16, "only bfloat16 and float32"},
+		{1, 1 << 20, 1 << 12, Tile{BN: 8, BK: 256, Stages: 1}, dtypes.Float32, "int32 offsets"},
 	} {
 		require.ErrorContains(t, CheckGEMV(c.m, c.n, c.k, c.tile, c.out), c.want, "%+v", c)
 	}
-	_, err := GEMVTTIR(1, 64, 24, Tile{8, 16, 1}, dtypes.BFloat16)
+	_, err := GEMVTTIR(1, 64, 24, Tile{BN: 8, BK: 16, Stages: 1}, dtypes.BFloat16)
 	require.ErrorContains(t, err, "does not divide")
 }
 
 // The float32 output stores the sums, the bfloat16 output rounds them first; the rest of
 // the kernel is the same.
 func TestGEMVOutputDTypes(t *testing.T) {
-	tile := Tile{8, 64, 3}
+	tile := Tile{BN: 8, BK: 64, Stages: 3}
 	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16)
 	require.NoError(t, err)
 	f32, err := GEMVTTIR(2, 96, 128, tile, dtypes.Float32)
@@ -62,4 +62,40 @@ func TestGEMVOutputDTypes(t *testing.T) {
 		"%yt0 : tensor<8x!tt.ptr<bf16>>", "%sum0 : tensor<8x!tt.ptr<f32>>",
 		"%yt1 : tensor<8x!tt.ptr<bf16>>", "%sum1 : tensor<8x!tt.ptr<f32>>").Replace(strings.Join(kept, "\n"))
 	require.Equal(t, f32, same)
+}
+
+// A Dot tile's kernel multiplies x padded to DotRows rows (rows past m-1 read row m-1)
+// by Wᵀ's tile on the tensor cores and stores only x's rows; it needs tt.dot's sides.
+func TestDotTile(t *testing.T) {
+	tile := Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
+	require.Equal(t, "dot32x128/s3", tile.String())
+	require.Equal(t, 4, tile.Accumulators(8))
+	require.NoError(t, CheckGEMV(4, 2560, 2048, tile, dtypes.BFloat16))
+	require.NoError(t, CheckGEMV(16, 2560, 2048, tile, dtypes.Float32))
+	for _, c := range []struct {
+		m    int
+		tile Tile
+	}{{17, tile}, {4, Tile{BN: 8, BK: 128, Stages: 3, Dot: true}}, {4, Tile{BN: 32, BK: 8, Stages: 1, Dot: true}}} {
+		require.ErrorContains(t, CheckGEMV(c.m, 2560, 2048, c.tile, dtypes.BFloat16), "a Dot tile needs", "%+v", c)
+	}
+
+	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%mlast = arith.constant dense<3> : tensor<16xi32>",
+		"%xv = tt.load %xp : tensor<16x128x!tt.ptr<bf16>>",
+		"%wv = tt.load %wp : tensor<128x32x!tt.ptr<bf16>>",
+		"%d = tt.dot %xv, %wv, %a : tensor<16x128xbf16> * tensor<128x32xbf16> -> tensor<16x32xf32>",
+		"} {tt.num_stages = 3 : i32}",
+		"%mr = arith.constant dense<4> : tensor<16xi32>",
+		"%yt = arith.truncf %acc : tensor<16x32xf32> to tensor<16x32xbf16>",
+		"tt.store %yp, %yt, %store : tensor<16x32x!tt.ptr<bf16>>",
+	} {
+		require.Contains(t, bf16, want)
+	}
+	require.NotContains(t, bf16, "$", "every placeholder replaced")
+	f32, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.Float32)
+	require.NoError(t, err)
+	require.NotContains(t, f32, "arith.truncf")
+	require.Contains(t, f32, "tt.store %yp, %acc, %store : tensor<16x32x!tt.ptr<f32>>")
 }
