@@ -16,6 +16,8 @@ func TestBDXLAIsOurBackend(t *testing.T) {
 	require.ErrorContains(t, err, "hlo: loading the PJRT plugin")
 }
 
-func TestHLODoesNotAskForFusedAttention(t *testing.T) {
-	require.False(t, AsksForFusedAttention(hlo.NewBuildOnly()))
+// Our backend runs the fused attention as cuDNN's, over more keys than queries too.
+func TestHLOAsksForFusedAttention(t *testing.T) {
+	require.True(t, AsksForFusedAttention(hlo.NewBuildOnly()))
+	require.True(t, FusedAttentionTakesMoreKeys(hlo.NewBuildOnly()))
 }

@@ -16,7 +16,7 @@
 #                                      beside this one (~140 s, plus ~260 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, fixtures, hlo, hlosteps, hlodecode and cudnn (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -56,11 +56,37 @@ hlo() {
   # dot_generals, then model.test's fixture tests on it (float32 products at full
   # precision, as in the fixtures section).
   section "hlo backend"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 85 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
-  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -60
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
+  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -70
   GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 150 .gpu/bin/model.test -test.v \
-    -test.run 'TestFixtureLogits|TestCachedPath' >"$OUT/model-hlo.log" 2>&1
-  echo "model on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|backend:|Error:' "$OUT/model-hlo.log" | head -20
+    -test.run 'TestFixtureLogits|TestCachedPath|TestFused' >"$OUT/model-hlo.log" 2>&1
+  echo "model on hlo: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|backend:|Error:|fused|max' "$OUT/model-hlo.log" | head -40
+}
+
+cudnn() {
+  # Our backend's cuDNN attention (backend/hlo/attention.go) in the batch-1 steps, whose
+  # windows over a small cache take it by default (-prefill-attention auto) or not
+  # (plain), against XLA's backend (whose fused op takes no more keys than queries, so
+  # its steps are plain); then prefill with and without it, and batch-1 decoding, on
+  # ours with triton=gemv.
+  section "cuDNN attention in the steps (ms per step in a device loop of 20)"
+  printf '%-12s %-6s %-4s %10s %10s %10s\n' backend attn rc denoise fused ar
+  local label attn
+  for run in xla:auto bdxla-gemv:auto bdxla-gemv:plain; do
+    label=${run%%:*} attn=${run#*:}
+    GOMLX_BACKEND=$(backend_config "$label") timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+      -prefill-attention "$attn" >"$OUT/cudnn-$label-$attn.log" 2>&1
+    local rc=$?
+    printf '%-12s %-6s %-4s' "$label" "$attn" "$rc"
+    awk '/in a device loop/ { sub(/.*in a device loop +/, ""); split($0, f, / +/); printf " %10s", f[2] }' \
+      "$OUT/cudnn-$label-$attn.log"
+    echo
+    [ "$rc" = 0 ] || grep -m3 -E 'rror|panic|FAIL' "$OUT/cudnn-$label-$attn.log" | cut -c1-300
+  done
+  section "prefill (cuDNN and plain attention) and batch-1 decoding on bdxla-gemv"
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 \
+    -prefill-attention auto,plain >"$OUT/cudnn-decode.log" 2>&1
+  echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/cudnn-decode.log" | grep -v compiled
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,

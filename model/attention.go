@@ -13,19 +13,21 @@ import (
 )
 
 // PrefillAttention selects how a window that reads no cache (a prefill into an empty
-// cache, or [Model.Logits]) computes attention, and also a window that attends over its
-// cache and its own keys concatenated (see [concatenates]: batch 1 with a small cache);
-// other windows that read a cache use the plain path.
+// cache, or [Model.Logits]) computes attention. On backends whose fused op takes more
+// keys than queries (backend.FusedAttentionTakesMoreKeys) it also selects it for a
+// window that reads a small cache (at batch 1, up to ~2000 slots), over the cache's
+// keys and its own together; other windows that read a cache use the plain path.
 type PrefillAttention int
 
 const (
 	// PrefillAttentionAuto, the default, asks for the backend's fused attention when the
-	// compute dtype is bfloat16, except on the Go backend and ours ("bdxla", see
+	// compute dtype is bfloat16, except on the Go backend (see
 	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
-	// plugin the fused op is cuDNN flash attention; XLA's CPU plugin declines it and the
-	// plain path runs. Our StableHLO backend has no fused op. Float32 models keep the plain path
-	// (XLA's fused op is half-precision only). The Go backend's fused op (float32 only)
-	// is a scalar loop, 7-10x slower than the plain path on a 512-token prefill.
+	// plugin, through XLA's backend or ours ("bdxla"), the fused op is cuDNN flash
+	// attention; XLA's CPU plugin declines it and the plain path runs. Float32 models
+	// keep the plain path (cuDNN's is half-precision only). The Go backend's fused op
+	// (float32 only) is a scalar loop, 7-10x slower than the plain path on a 512-token
+	// prefill.
 	PrefillAttentionAuto PrefillAttention = iota
 	// PrefillAttentionFused asks for the fused op on any backend and compute dtype,
 	// still falling back to the plain path where the backend declines it (e.g. for A/B

@@ -4,6 +4,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+
+	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Window is the input of one forward pass: for each row of the batch, w consecutive
@@ -52,7 +54,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		switch {
 		case mask.cache == nil:
 			mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
-		case mask.concat != nil:
+		case mask.concat != nil && backend.FusedAttentionTakesMoreKeys(m.backend):
 			mask.fused = newFusedMasks(mask.concat, false)
 		}
 	}

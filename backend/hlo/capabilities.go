@@ -7,8 +7,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
-// Capabilities lists what the backend implements. No fused operation is listed (nor
-// implemented): GoMLX then builds their decompositions.
+// Capabilities lists what the backend implements. Of the fused operations only the
+// attention is (as cuDNN's, attention.go); GoMLX builds the others' decompositions.
 func (b *Backend) Capabilities() compute.Capabilities { return capabilities.Clone() }
 
 var capabilities = compute.Capabilities{
@@ -46,6 +46,8 @@ var capabilities = compute.Capabilities{
 		compute.OpTypeReduceBitwiseOr, compute.OpTypeReduceBitwiseXor, compute.OpTypeReduceBitwiseAnd,
 		compute.OpTypeArgMinMax, compute.OpTypeCumSum, compute.OpTypeDotGeneral, compute.OpTypeGather,
 		compute.OpTypeScatterSum, compute.OpTypeScatterMax, compute.OpTypeScatterMin,
+
+		compute.OpTypeFusedScaledDotProductAttention,
 	),
 	DTypes: map[dtypes.DType]bool{
 		dtypes.Bool: true,

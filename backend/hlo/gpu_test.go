@@ -422,3 +422,98 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 		})
 	}
 }
+
+// cuDNN's attention (bf16, on the plugin) gives the plain attention of the same inputs
+// computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
+// (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
+// bias that hides some keys (0 or -1e30) or a causal mask. The tolerance, 1e-2 absolute
+// on outputs within [-1, 1], covers bf16's rounding of the output and of the
+// probabilities before their product with the values (2⁻⁸ each); a dropped bias, or
+// heads grouped the other way, differ by ~0.1 or more.
+func TestCuDNNAttentionMatchesPlain(t *testing.T) {
+	onPlugin, onGo := backends(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	bshd, bhsd := compute.AttentionAxesLayoutBSHD, compute.AttentionAxesLayoutBHSD
+	for _, c := range []struct {
+		name                    string
+		layout                  compute.AttentionAxesLayout
+		b, heads, kvHeads, t, s int
+		causal                  bool
+	}{
+		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, false},
+		{"BSHD causal", bshd, 2, 4, 4, 32, 32, true},
+		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, false},
+		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, false},
+		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const d = 128
+			seqDims := func(heads, n int) []int {
+				if c.layout == bshd {
+					return []int{c.b, n, heads, d}
+				}
+				return []int{c.b, heads, n, d}
+			}
+			inputs := []any{randomBF16(rng, seqDims(c.heads, c.t), 1), randomBF16(rng, seqDims(c.kvHeads, c.s), 1),
+				randomBF16(rng, seqDims(c.kvHeads, c.s), 1)}
+			if !c.causal { // query i sees key j unless (3i + 7j) % 5 == 0, and always key 0
+				bias := make([]bfloat16.BFloat16, c.b*c.heads*c.t*c.s)
+				for i := range bias {
+					q, k := i/c.s%c.t, i%c.s
+					if k != 0 && (3*q+7*k)%5 == 0 {
+						bias[i] = bfloat16.FromFloat32(-1e30)
+					}
+				}
+				inputs = append(inputs, tensors.FromFlatDataAndDimensions(bias, c.b, c.heads, c.t, c.s))
+			}
+			fused := func(in []*Node) []*Node {
+				cfg := &compute.ScaledDotProductAttentionConfig{Causal: c.causal}
+				if !c.causal {
+					cfg.Bias = InternalBackendOutputs(in[3])[0]
+				}
+				out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], c.layout, cfg)
+				return []*Node{ConvertDType(out, dtypes.Float32)}
+			}
+			plain := func(in []*Node) []*Node {
+				toBHSD := func(x *Node) *Node {
+					x = ConvertDType(x, dtypes.Float32)
+					if c.layout == bshd {
+						return TransposeAllAxes(x, 0, 2, 1, 3)
+					}
+					return x
+				}
+				group := c.heads / c.kvHeads
+				q := Reshape(toBHSD(in[0]), c.b, c.kvHeads, group, c.t, d)
+				k, v := toBHSD(in[1]), toBHSD(in[2])
+				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(d)) // [b, kvHeads, group, t, s]
+				if c.causal {
+					g := q.Graph()
+					seen := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
+					scores = Where(BroadcastToShape(Reshape(seen, 1, 1, 1, c.t, c.s), scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
+				} else {
+					scores = Add(scores, Reshape(ConvertDType(in[3], dtypes.Float32), c.b, c.kvHeads, group, c.t, c.s))
+				}
+				out := Dot(Softmax(scores, -1), v).General([]int{4}, []int{0, 1}, []int{2}, []int{0, 1}) // [b, kvHeads, group, t, d]
+				out = Reshape(out, c.b, c.heads, c.t, d)
+				if c.layout == bshd {
+					out = TransposeAllAxes(out, 0, 2, 1, 3)
+				}
+				return []*Node{out}
+			}
+			got, err := ExecOnceN(onPlugin, fused, inputs...)
+			require.NoError(t, err)
+			for _, in := range inputs { // off the plugin's client: a tensor lives on one backend
+				require.NoError(t, in.(*tensors.Tensor).ToLocal())
+			}
+			want, err := ExecOnceN(onGo, plain, inputs...)
+			require.NoError(t, err)
+			g, w := float64s(t, got[0]), float64s(t, want[0])
+			worst := 0.0
+			for i := range w {
+				worst = max(worst, math.Abs(g[i]-w[i]))
+			}
+			t.Logf("max |cuDNN - plain|: %.2g", worst)
+			require.LessOrEqual(t, worst, 1e-2)
+		})
+	}
+}

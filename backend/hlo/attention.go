@@ -1,0 +1,213 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
+	xshapes "github.com/gomlx/go-xla/types/shapes"
+)
+
+// The fused attention runs as cuDNN's flash attention, through the custom calls that
+// XLA's CUDA plugin implements for JAX (jax.nn.dot_product_attention with
+// implementation="cudnn"; their backend config is XLA's CudnnfMHABackendConfig, in
+// JSON). Unlike go-xla's backend, it takes more keys than queries (a window over its
+// cache's keys and its own) and grouped key/value heads without copying them.
+
+// cuDNN's forward attention targets, without and with an additive bias.
+const (
+	cudnnAttentionTarget     = "__cudnn$fmhaSoftmax"
+	cudnnAttentionBiasTarget = "__cudnn$fmhaScaleBiasSoftmax"
+)
+
+// maxCuDNNHeadDim is the largest head dimension cuDNN's flash attention takes on every
+// GPU (256 needs Hopper and cuDNN 9.5).
+const maxCuDNNHeadDim = 128
+
+// attentionShape is the shape of a fused attention: batch b, query heads and key/value
+// heads, queries t, keys s, head dimension d.
+type attentionShape struct{ b, heads, kvHeads, t, s, d int }
+
+// newAttentionShape reads the shape of q [b, t, heads, d] and k [b, s, kvHeads, d]
+// (BSHD), or q [b, heads, t, d] and k [b, kvHeads, s, d] (BHSD).
+func newAttentionShape(q, k xshapes.Shape, layout compute.AttentionAxesLayout) (attentionShape, error) {
+	if q.Rank() != 4 || k.Rank() != 4 {
+		return attentionShape{}, fmt.Errorf("query %s and key %s must be rank 4", q, k)
+	}
+	qd, kd := q.Dimensions, k.Dimensions
+	switch layout {
+	case compute.AttentionAxesLayoutBSHD:
+		return attentionShape{b: qd[0], t: qd[1], heads: qd[2], d: qd[3], s: kd[1], kvHeads: kd[2]}, nil
+	case compute.AttentionAxesLayoutBHSD:
+		return attentionShape{b: qd[0], heads: qd[1], t: qd[2], d: qd[3], kvHeads: kd[1], s: kd[2]}, nil
+	}
+	return attentionShape{}, fmt.Errorf("unknown layout %v", layout)
+}
+
+// FusedScaledDotProductAttention implements [compute.FusedOps] as cuDNN's flash
+// attention, forward only (no states for a VJP), on a CUDA plugin: bfloat16 or float16
+// query, key and value of the same dtype, head dimension a multiple of 8 up to
+// maxCuDNNHeadDim, query heads a multiple of key/value heads (query head h uses
+// key/value head h/(heads/kvHeads)), and as options a scale, an additive bias
+// [b, heads, t, s] of the same dtype, or a causal mask when there are as many keys as
+// queries. It declines ([compute.ErrNotImplemented], so that the caller builds the
+// attention of plain ops) other dtypes, boolean masks, sequence lengths and quantized
+// products; shapes that disagree are errors.
+func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Value, layout compute.AttentionAxesLayout,
+	options *compute.ScaledDotProductAttentionConfig) (compute.Value, []compute.Value, error) {
+	op := compute.OpTypeFusedScaledDotProductAttention
+	var cfg compute.ScaledDotProductAttentionConfig
+	if options != nil {
+		cfg = *options
+	}
+	if b := f.builder.backend; !b.buildOnly() && !b.plugin.IsCUDA() {
+		return nil, nil, notImplemented(op)
+	}
+	if cfg.Mask != nil || cfg.QuerySeqLen != nil || cfg.KeyValueSeqLen != nil || cfg.QuantizedMatmuls {
+		return nil, nil, fmt.Errorf("hlo: %s: cuDNN takes a scale, an additive bias or a causal mask, no other option: %w",
+			op, compute.ErrNotImplemented)
+	}
+	operands := []compute.Value{query, key, value}
+	if cfg.Bias != nil {
+		operands = append(operands, cfg.Bias)
+	}
+	vs, err := f.operands(operands...)
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	q, k, v := vs[0].Shape(), vs[1].Shape(), vs[2].Shape()
+	if q.DType != dtypes.BFloat16 && q.DType != dtypes.Float16 {
+		return nil, nil, fmt.Errorf("hlo: %s: cuDNN takes bfloat16 or float16, not %s: %w", op, q.DType, compute.ErrNotImplemented)
+	}
+	shape, err := newAttentionShape(q, k, layout)
+	if err == nil {
+		err = shape.check(q, k, v, cfg)
+	}
+	if err == nil && cfg.Bias != nil {
+		if bias := vs[3].Shape(); bias.DType != q.DType || !bias.Equal(xshapes.Make(q.DType, shape.b, shape.heads, shape.t, shape.s)) {
+			err = fmt.Errorf("bias %s: want [%d, %d, %d, %d] %s", bias, shape.b, shape.heads, shape.t, shape.s, q.DType)
+		}
+	}
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	scale := cfg.Scale
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(shape.d))
+	}
+	target := cudnnAttentionTarget
+	if cfg.Bias != nil {
+		target = cudnnAttentionBiasTarget
+	}
+	config, err := cudnnAttentionConfig(shape, q.DType, layout, scale, cfg.Causal)
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	// Results: the output [b, heads, t, d], stored as the query is laid out; the softmax
+	// statistics [b, heads, t] (the flash backward's, unused here: XLA's thunk expects
+	// them); an empty workspace.
+	outLayout := []int{3, 2, 1, 0}
+	if layout == compute.AttentionAxesLayoutBSHD {
+		outLayout = []int{3, 1, 2, 0}
+	}
+	outs, err := stablehlo.CustomCallV2(target, config, vs, make([][]int, len(vs)),
+		[]xshapes.Shape{
+			xshapes.Make(q.DType, shape.b, shape.heads, shape.t, shape.d),
+			xshapes.Make(dtypes.Float32, shape.b, shape.heads, shape.t),
+			xshapes.Make(dtypes.Uint8, 0),
+		},
+		[][]int{outLayout, nil, nil})
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	out := outs[0]
+	if layout == compute.AttentionAxesLayoutBSHD {
+		out, err = stablehlo.Transpose(out, 0, 2, 1, 3) // a relabelling: the layout is BSHD's already
+	}
+	res, err := f.result(op, out, err)
+	return res, nil, err
+}
+
+// check reports what cuDNN's flash attention rejects in the operands of shape s.
+func (s attentionShape) check(q, k, v xshapes.Shape, cfg compute.ScaledDotProductAttentionConfig) error {
+	switch {
+	case k.DType != q.DType || !v.Equal(k):
+		return fmt.Errorf("key %s and value %s must have the same shape, and the query's dtype %s", k, v, q.DType)
+	case s.b != k.Dimensions[0] || s.d != k.Dimensions[3]:
+		return fmt.Errorf("query %s and key %s differ in batch or head dimension", q, k)
+	case s.d%8 != 0 || s.d > maxCuDNNHeadDim:
+		return fmt.Errorf("head dimension %d: cuDNN takes multiples of 8 up to %d", s.d, maxCuDNNHeadDim)
+	case s.kvHeads == 0 || s.heads%s.kvHeads != 0:
+		return fmt.Errorf("%d query heads are not groups of %d key/value heads", s.heads, s.kvHeads)
+	case cfg.Causal && s.t != s.s:
+		return fmt.Errorf("a causal mask over %d queries and %d keys is ambiguous: give it as a bias", s.t, s.s)
+	}
+	return nil
+}
+
+// cudnnAttentionConfig is the backend config of the forward custom call: XLA's
+// CudnnfMHABackendConfig in JSON (int64 fields as strings), with the scores' shape
+// [b, heads, t, s] and the two products' dimension numbers for the operands' layout
+// (row-major q, k, v in that layout; the scores P [b, heads, t, s]).
+func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.AttentionAxesLayout, scale float64, causal bool) (string, error) {
+	type dotDims struct {
+		LhsContracting []string `json:"lhs_contracting_dimensions"`
+		RhsContracting []string `json:"rhs_contracting_dimensions"`
+		LhsBatch       []string `json:"lhs_batch_dimensions"`
+		RhsBatch       []string `json:"rhs_batch_dimensions"`
+	}
+	// bmm1: Q·Kᵀ, contracting the head dimension; bmm2: P·V, contracting the keys.
+	bmm1 := dotDims{[]string{"3"}, []string{"3"}, []string{"0", "1"}, []string{"0", "1"}}
+	bmm2 := dotDims{[]string{"3"}, []string{"2"}, []string{"0", "1"}, []string{"0", "1"}}
+	if layout == compute.AttentionAxesLayoutBSHD {
+		bmm1 = dotDims{[]string{"3"}, []string{"3"}, []string{"0", "2"}, []string{"0", "2"}}
+		bmm2 = dotDims{[]string{"3"}, []string{"1"}, []string{"0", "1"}, []string{"0", "2"}}
+	}
+	elementType := "BF16"
+	if dtype == dtypes.Float16 {
+		elementType = "F16"
+	}
+	mask := "NO_MASK"
+	if causal {
+		mask = "CAUSAL"
+	}
+	dims := func(ds ...int) []string {
+		out := make([]string, len(ds))
+		for i, d := range ds {
+			out[i] = strconv.Itoa(d)
+		}
+		return out
+	}
+	config := map[string]any{
+		"operation_queue_id":      "0",
+		"wait_on_operation_queues": []string{},
+		"cudnn_fmha_backend_config": map[string]any{
+			"algorithm": map[string]any{
+				"algo_id": "0", "math_type": "TENSOR_OP_MATH", "tuning_knobs": map[string]string{"17": "1", "24": "0"},
+				"is_cudnn_frontend": true, "workspace_size": "0",
+			},
+			"fmha_scale": scale,
+			"intermediate_tensor_shape": map[string]any{
+				"element_type":         elementType,
+				"dimensions":           dims(s.b, s.heads, s.t, s.s),
+				"layout":               map[string]any{"minor_to_major": dims(3, 2, 1, 0)},
+				"is_dynamic_dimension": []bool{false, false, false, false},
+			},
+			"is_flash_attention":         true,
+			"mask_type":                  mask,
+			"dropout_rate":               0,
+			"seed":                       42,
+			"sliding_window_length":      0,
+			"bmm1_dot_dimension_numbers": bmm1,
+			"bmm2_dot_dimension_numbers": bmm2,
+		},
+	}
+	text, err := json.Marshal(config)
+	return string(text), err
+}
