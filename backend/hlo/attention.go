@@ -185,7 +185,7 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 		return out
 	}
 	config := map[string]any{
-		"operation_queue_id":      "0",
+		"operation_queue_id":       "0",
 		"wait_on_operation_queues": []string{},
 		"cudnn_fmha_backend_config": map[string]any{
 			"algorithm": map[string]any{
