@@ -152,7 +152,9 @@ func (s attentionShape) check(q, k, v xshapes.Shape, cfg compute.ScaledDotProduc
 }
 
 // cudnnAttentionConfig is the backend config of the forward custom call: XLA's
-// CudnnfMHABackendConfig in JSON (int64 fields as strings), with the scores' shape
+// GpuBackendConfig holding a CudnnfMHABackendConfig, in JSON (int64 fields as strings;
+// XLA rejects fields its version lacks, such as older JAX's wait_on_operation_queues),
+// with the scores' shape
 // [b, heads, t, s] and the two products' dimension numbers for the operands' layout
 // (row-major q, k, v in that layout; the scores P [b, heads, t, s]).
 func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.AttentionAxesLayout, scale float64, causal bool) (string, error) {
@@ -185,8 +187,7 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 		return out
 	}
 	config := map[string]any{
-		"operation_queue_id":       "0",
-		"wait_on_operation_queues": []string{},
+		"operation_queue_id": "0",
 		"cudnn_fmha_backend_config": map[string]any{
 			"algorithm": map[string]any{
 				"algo_id": "0", "math_type": "TENSOR_OP_MATH", "tuning_knobs": map[string]string{"17": "1", "24": "0"},
@@ -204,6 +205,8 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 			"dropout_rate":               0,
 			"seed":                       42,
 			"sliding_window_length":      0,
+			"max_seg_per_batch":          1,
+			"is_paged_attention":         false,
 			"bmm1_dot_dimension_numbers": bmm1,
 			"bmm2_dot_dimension_numbers": bmm2,
 		},
