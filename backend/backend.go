@@ -177,10 +177,6 @@ func MinWindow(b compute.Backend) int {
 	return 1
 }
 
-// ownXLAName is the name of our own StableHLO backend (package backend/hlo, which needs
-// cgo, so it is not referenced here).
-const ownXLAName = "bdxla"
-
 // AsksForFusedAttention reports whether half-precision attention without a cache
 // should ask b for its fused scaled-dot-product attention by default (see
 // model.PrefillAttentionAuto): yes on XLA's backend and on our own StableHLO backend
@@ -188,13 +184,4 @@ const ownXLAName = "bdxla"
 // the Go backend, whose fused op is a scalar loop 7-10x slower than the plain path.
 func AsksForFusedAttention(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
-}
-
-// FusedAttentionTakesMoreKeys reports whether b's fused attention takes more keys than
-// queries, as a window over its cache's keys and its own asks: the Go backend's and
-// ours ("bdxla") do; go-xla's backend checks the bias against as many keys as queries
-// (v0.4.13) and fails the graph otherwise.
-func FusedAttentionTakesMoreKeys(b compute.Backend) bool {
-	name := b.String()
-	return name == gobackend.BackendName || name == ownXLAName
 }

@@ -13,10 +13,8 @@ import (
 )
 
 // PrefillAttention selects how a window that reads no cache (a prefill into an empty
-// cache, or [Model.Logits]) computes attention. On backends whose fused op takes more
-// keys than queries (backend.FusedAttentionTakesMoreKeys) it also selects it for a
-// window that reads a small cache (at batch 1, up to ~2000 slots), over the cache's
-// keys and its own together; other windows that read a cache use the plain path.
+// cache, or [Model.Logits]) computes attention. Windows that read a cache always use
+// the plain path.
 type PrefillAttention int
 
 const (
@@ -95,25 +93,21 @@ func (r rotary) apply(x *Node) *Node {
 type masks struct {
 	window *Node // [b, 1, w, 1, w] bool: query (axis 2) sees window key (axis 4)
 	cache  *Node // [b, 1, 1, 1, s] bool: cache slot visible; nil without a cache
-	// concat is [b, 1, w, 1, s+w] bool: query sees a slot of the cache and the window's
-	// keys concatenated; nil unless the window reads a cache and concatenates.
-	concat *Node
-	// fused, when not nil, asks attention for the backend's fused op (see
-	// [PrefillAttention]): over the window's own keys without a cache, over mask.concat
-	// with one.
+	// fused, when not nil, asks attention for the backend's fused op (a window that
+	// reads no cache, see [PrefillAttention]).
 	fused *fusedMasks
 }
 
 // fusedMasks are the block-causal mask in the forms the fused op takes, built once per
 // forward and shared by the layers.
 type fusedMasks struct {
-	mask *Node // [b, w, n] bool: query sees key (n: the window's own keys, or the cache's and its own)
+	mask *Node // [b, w, w] bool: query sees key
 	// causal: BlockSize 1, where the block-causal mask is the op's own causal mask.
 	causal bool
 	bias   *Node // mask as an additive bias, built on first use
 }
 
-// newFusedMasks takes a mask [b, 1, w, 1, n] of [attentionMask] (window or concat).
+// newFusedMasks takes the window mask [b, 1, w, 1, w] of [attentionMask].
 func newFusedMasks(window *Node, causal bool) *fusedMasks {
 	dims := window.Shape().Dimensions
 	return &fusedMasks{mask: Reshape(window, dims[0], dims[2], dims[4]), causal: causal}
@@ -124,7 +118,7 @@ func newFusedMasks(window *Node, causal bool) *fusedMasks {
 // bfloat16 and float32.
 const fusedMaskedBias = -1e30
 
-// additiveBias returns the mask as an additive bias [b, heads, w, n] in dtype (0 where
+// additiveBias returns the mask as an additive bias [b, heads, w, w] in dtype (0 where
 // visible, fusedMaskedBias elsewhere): XLA's cuDNN lowering takes exactly the query's
 // shape and dtype, no broadcasting.
 func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
@@ -153,11 +147,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes) masks {
 		s := cache.K[0].Shape().Dimensions[2]
 		slots := Iota(g, shapes.Make(dtypes.Int32, 1, s), 1)
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
-		b := m.cache.Shape().Dimensions[0]
-		m.cache = Reshape(m.cache, b, 1, 1, 1, s)
-		if w := pos.Shape().Dimensions[1]; concatenates(cache.K[0].Shape(), w) {
-			m.concat = Concatenate([]*Node{BroadcastToDims(m.cache, b, 1, w, 1, s), m.window}, -1)
-		}
+		m.cache = Reshape(m.cache, m.cache.Shape().Dimensions[0], 1, 1, 1, s)
 	}
 	return m
 }
@@ -189,9 +179,8 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	}
 
 	scale := 1 / math.Sqrt(float64(d))
-	readsCache := cache != nil && mask.cache != nil
-	if mask.fused != nil && !readsCache {
-		if out := fusedAttention(qHeads, k, v, compute.AttentionAxesLayoutBSHD, mask.fused, scale); out != nil {
+	if mask.fused != nil { // set for windows that read no cache only
+		if out := fusedAttention(qHeads, k, v, mask.fused, scale); out != nil {
 			return Reshape(out, b, w, heads*d), newCache
 		}
 	}
@@ -202,20 +191,18 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		return MulScalar(s, scale)
 	}
 	negInf := Infinity(qkv.Graph(), dtypes.Float32, -1)
+	readsCache := cache != nil && mask.cache != nil
 	var out *Node
-	if readsCache && mask.concat != nil {
+	if readsCache && concatenates(cache.k.Shape(), w) {
 		// One score and one value product over the cache slots and the window: the
-		// window's keys and values join the cache's [b, kvHeads, s+w, d].
+		// window's keys and values join the cache's [b, kvHeads, s+w, d], the cache mask
+		// [b, 1, 1, 1, s] the window mask [b, 1, w, 1, w].
+		s := cache.k.Shape().Dimensions[2]
 		keys := Concatenate([]*Node{cache.k, TransposeAllAxes(k, 0, 2, 1, 3)}, 2)
 		values := Concatenate([]*Node{cache.v, TransposeAllAxes(v, 0, 2, 1, 3)}, 2)
-		if mask.fused != nil { // the fused op in BHSD layout: queries [b, heads, w, d]
-			if o := fusedAttention(TransposeAllAxes(qHeads, 0, 2, 1, 3), keys, values,
-				compute.AttentionAxesLayoutBHSD, mask.fused, scale); o != nil {
-				return Reshape(TransposeAllAxes(o, 0, 2, 1, 3), b, w, heads*d), newCache
-			}
-		}
+		visible := Concatenate([]*Node{BroadcastToDims(mask.cache, b, 1, w, 1, s), mask.window}, -1)
 		all := scores(keys, []int{0, 1})
-		probs := Softmax(Where(BroadcastToShape(mask.concat, all.Shape()), all, negInf), -1)
+		probs := Softmax(Where(BroadcastToShape(visible, all.Shape()), all, negInf), -1)
 		out = weighted(ConvertDType(probs, v.DType()), values, 2, []int{0, 1})
 	} else {
 		winScores := scores(k, []int{0, 2})
@@ -254,25 +241,19 @@ func concatenates(cache shapes.Shape, w int) bool {
 	return cache.DType.SizeForDimensions(2, dims[0], dims[1], dims[2]+w, dims[3]) <= concatMaxBytes
 }
 
-// fusedAttention runs a window's attention through the backend's fused
-// scaled-dot-product attention, with q, k and v in layout: BSHD, q [b, w, heads, d]
-// and k, v [b, n, kvHeads, d], or BHSD, q [b, heads, w, d] and k, v [b, kvHeads, n, d]
-// (the op groups query heads as repeat_kv does), where n is w for a window on its own
-// keys and s+w over the cache's and its own. It returns the output in q's layout, or
-// nil where the backend declines (ErrNotImplemented).
+// fusedAttention runs block-causal attention of a window on its own keys through the
+// backend's fused scaled-dot-product attention, with q [b, w, heads, d] and k, v
+// [b, w, kvHeads, d] (BSHD; the op groups query heads as repeat_kv does). It returns
+// the output [b, w, heads, d], or nil where the backend declines (ErrNotImplemented).
 //
-// The mask goes first as a boolean [b, w, n] (the Go backend's float32 kernel takes it
+// The mask goes first as a boolean [b, w, w] (the Go backend's float32 kernel takes it
 // and skips hidden keys); a backend that declines masks (XLA's cuDNN lowering) gets it
-// again as an additive bias [b, heads, w, n] in the compute dtype. BlockSize 1 without
-// a cache is plain causal attention and uses the op's causal flag, with no mask.
-func fusedAttention(q, k, v *Node, layout compute.AttentionAxesLayout, f *fusedMasks, scale float64) *Node {
-	heads := q.Shape().Dimensions[2]
-	if layout == compute.AttentionAxesLayoutBHSD {
-		heads = q.Shape().Dimensions[1]
-	}
+// again as an additive bias [b, heads, w, w] in the compute dtype. BlockSize 1 is plain
+// causal attention and uses the op's causal flag, with no mask.
+func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 	try := func(cfg *compute.ScaledDotProductAttentionConfig) (out *Node) {
 		err := exceptions.TryCatch[error](func() {
-			out, _ = BackendFusedScaledDotProductAttention(q, k, v, layout, cfg)
+			out, _ = BackendFusedScaledDotProductAttention(q, k, v, compute.AttentionAxesLayoutBSHD, cfg)
 		})
 		if err != nil {
 			if compute.IsNotImplemented(err) {
@@ -288,7 +269,7 @@ func fusedAttention(q, k, v *Node, layout compute.AttentionAxesLayout, f *fusedM
 	if out := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.mask)[0]}); out != nil {
 		return out
 	}
-	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(heads, q.DType()))[0]})
+	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(q.Shape().Dimensions[2], q.DType()))[0]})
 }
 
 // weighted sums values with probs [b, kvHeads, w, group, n]: values' position axis is

@@ -4,8 +4,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
-
-	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Window is the input of one forward pass: for each row of the batch, w consecutive
@@ -50,13 +48,8 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache)
-	if m.PrefillAttention.useFused(compute, m.backend) {
-		switch {
-		case mask.cache == nil:
-			mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
-		case mask.concat != nil && backend.FusedAttentionTakesMoreKeys(m.backend):
-			mask.fused = newFusedMasks(mask.concat, false)
-		}
+	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
+		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {

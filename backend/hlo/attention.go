@@ -17,8 +17,10 @@ import (
 // The fused attention runs as cuDNN's flash attention, through the custom calls that
 // XLA's CUDA plugin implements for JAX (jax.nn.dot_product_attention with
 // implementation="cudnn"; their backend config is XLA's CudnnfMHABackendConfig, in
-// JSON). Unlike go-xla's backend, it takes more keys than queries (a window over its
-// cache's keys and its own) and grouped key/value heads without copying them.
+// JSON). Unlike go-xla's backend, it takes more keys than queries and grouped key/value
+// heads without copying them. The model asks for it only for windows without a cache:
+// for the decoding steps' short windows over a cache it was slower than plain
+// attention on the H200 (BENCHMARKS.md, run Y: a 4-token step 4.21 against 2.43 ms).
 
 // cuDNN's forward attention targets, without and with an additive bias.
 const (
