@@ -9,14 +9,15 @@
 #                                      and the fixtures (at most ~135 s), then its steps
 #                                      with and without our Triton GEMVs against XLA's
 #                                      (at most ~400 s); hlodecode: prefill and batch-1
-#                                      decoding on XLA's backend and ours (<= 300 s)
+#                                      decoding on XLA's backend and ours (<= 300 s;
+#                                      BATCHES="8,64" ONLY=decode: other batch sizes)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
 #                                      beside this one (~140 s, plus ~260 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo, hlosteps, hlodecode and cudnn (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, fixtures, hlo, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -63,32 +64,6 @@ hlo() {
   echo "model on hlo: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|backend:|Error:|fused|max' "$OUT/model-hlo.log" | head -40
 }
 
-cudnn() {
-  # Our backend's cuDNN attention (backend/hlo/attention.go) in the batch-1 steps, whose
-  # windows over a small cache take it by default (-prefill-attention auto) or not
-  # (plain), against XLA's backend (whose fused op takes no more keys than queries, so
-  # its steps are plain); then prefill with and without it, and batch-1 decoding, on
-  # ours with triton=gemv.
-  section "cuDNN attention in the steps (ms per step in a device loop of 20)"
-  printf '%-12s %-6s %-4s %10s %10s %10s\n' backend attn rc denoise fused ar
-  local label attn
-  for run in xla:auto bdxla-gemv:auto bdxla-gemv:plain; do
-    label=${run%%:*} attn=${run#*:}
-    GOMLX_BACKEND=$(backend_config "$label") timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
-      -prefill-attention "$attn" >"$OUT/cudnn-$label-$attn.log" 2>&1
-    local rc=$?
-    printf '%-12s %-6s %-4s' "$label" "$attn" "$rc"
-    awk '/in a device loop/ { sub(/.*in a device loop +/, ""); split($0, f, / +/); printf " %10s", f[2] }' \
-      "$OUT/cudnn-$label-$attn.log"
-    echo
-    [ "$rc" = 0 ] || grep -m3 -E 'rror|panic|FAIL' "$OUT/cudnn-$label-$attn.log" | cut -c1-300
-  done
-  section "prefill (cuDNN and plain attention) and batch-1 decoding on bdxla-gemv"
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 \
-    -prefill-attention auto,plain >"$OUT/cudnn-decode.log" 2>&1
-  echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/cudnn-decode.log" | grep -v compiled
-}
-
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
 # ours, ours with triton=gemv or with triton=gemv-all, each preallocating.
 backend_config() {
@@ -122,12 +97,15 @@ hlosteps() {
 }
 
 hlodecode() {
-  # Prefill and batch-1 decoding on XLA's backend and on ours with triton=gemv (whose
-  # 1-row AR steps are not padded: hlo.Backend.MinWindow).
+  # Prefill (cuDNN's attention and plain) and decoding on XLA's backend and on ours with
+  # triton=gemv (whose 1-row AR steps are not padded: hlo.Backend.MinWindow), at the
+  # batch sizes of BATCHES (default 1; each size adds ~60-100 s per backend).
+  # ONLY="decode" skips the prefill.
   local label
   for label in xla bdxla-gemv; do
-    section "prefill and decoding at batch 1 on $label"
-    GOMLX_BACKEND=$(backend_config "$label") timeout 150 .gpu/bin/bench -only prefill,decode -batches 1 >"$OUT/decode-$label.log" 2>&1
+    section "${ONLY:-prefill,decode} at batch ${BATCHES:-1} on $label"
+    GOMLX_BACKEND=$(backend_config "$label") timeout "${DECODE_TIMEOUT:-150}" .gpu/bin/bench -only "${ONLY:-prefill,decode}" \
+      -batches "${BATCHES:-1}" -prefill-attention auto,plain >"$OUT/decode-$label.log" 2>&1
     echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/decode-$label.log" | grep -v compiled
   done
 }
