@@ -161,21 +161,29 @@ func RunsLoopsOnDevice(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
 
-// MinWindow is the fewest positions a decoding forward should run on b. XLA's GPU
-// GEMMs with one row are slower than with four (BENCHMARKS.md: an autoregressive step
-// padded to 4 rows took 2.65 ms on the H200, unpadded 3.34 ms, in run D; 2.625 against
-// 2.694 ms in run V), so one-token steps pad there; the Go backend computes every row it is given, so it pads nothing. A backend
-// with a method MinWindow() int gives its own (our StableHLO backend, whose option
-// triton=gemv makes 1-row steps the faster).
-func MinWindow(b compute.Backend) int {
-	if w, ok := b.(interface{ MinWindow() int }); ok {
-		return w.MinWindow()
+// MinWindow is the fewest positions a decoding forward of batch rows should run on b.
+// On XLA's GPU backends, products of fewer than 64 rows run faster padded to 4 rows per
+// batch row (BENCHMARKS.md: an autoregressive step padded to 4 rows took 2.65 ms on the
+// H200 and unpadded 3.34 ms, in run D; AR decoding at batch 8 ran at 2227 tokens/s
+// padded and 1415 unpadded, in run Z), and from 64 rows they run faster unpadded (9632
+// against 11169 tokens/s at batch 64, run Z), so one-token windows pad to 4 positions
+// below 64 rows there. A batch of 1 on a backend with a method FastSingleRowProducts()
+// bool that returns true is not padded (our StableHLO backend with option triton, whose
+// 1-row GEMVs made the 1-row AR step faster). The Go backend computes every row it is
+// given, so it pads nothing.
+func MinWindow(b compute.Backend, batch int) int {
+	if !RunsLoopsOnDevice(b) || batch >= minUnpaddedBatch {
+		return 1
 	}
-	if RunsLoopsOnDevice(b) {
-		return 4
+	if fast, ok := b.(interface{ FastSingleRowProducts() bool }); ok && batch == 1 && fast.FastSingleRowProducts() {
+		return 1
 	}
-	return 1
+	return 4
 }
+
+// minUnpaddedBatch is the fewest batch rows whose one-token windows MinWindow leaves
+// unpadded on XLA's GPU backends.
+const minUnpaddedBatch = 64
 
 // AsksForFusedAttention reports whether half-precision attention without a cache
 // should ask b for its fused scaled-dot-product attention by default (see

@@ -5,6 +5,8 @@ package backend
 import (
 	"testing"
 
+	"github.com/gomlx/compute"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
@@ -19,4 +21,27 @@ func TestBDXLAIsOurBackend(t *testing.T) {
 // Our backend runs the fused attention as cuDNN's.
 func TestHLOAsksForFusedAttention(t *testing.T) {
 	require.True(t, AsksForFusedAttention(hlo.NewBuildOnly()))
+}
+
+// One-token windows pad to 4 positions below 64 rows on an accelerator, except a
+// single row where 1-row products are fast.
+func TestMinWindow(t *testing.T) {
+	lowered, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	onGo, err := NewWithConfig(GoConfig)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name    string
+		b       compute.Backend
+		batches []int
+		want    []int
+	}{
+		{"XLA-like", hlo.NewBuildOnly(), []int{1, 8, 63, 64, 256}, []int{4, 4, 4, 1, 1}},
+		{"fast single rows", lowered, []int{1, 2, 8, 64}, []int{1, 4, 4, 1}},
+		{"Go", onGo, []int{1, 8, 64}, []int{1, 1, 1}},
+	} {
+		for i, batch := range c.batches {
+			require.Equal(t, c.want[i], MinWindow(c.b, batch), "%s, batch %d", c.name, batch)
+		}
+	}
 }

@@ -57,9 +57,6 @@ func New(m *model.Model, cfg Config) (*Decoder, error) {
 	if cfg.Mode == Fused {
 		window = 2 * block
 	}
-	// Padding positions past the block only compute discarded rows: block-causal
-	// attention hides later blocks, and only the block's own positions are written.
-	window = max(window, backend.MinWindow(m.Backend()))
 	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
 		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1,
 		blocksPerReadback: cfg.BlocksPerReadback}

@@ -5,6 +5,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
+	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -16,11 +17,19 @@ type loop struct {
 	m                 *model.Model
 	mode              Mode
 	block             int  // B
-	window            int  // positions per forward: B, or 2B in fused mode; at least backend.MinWindow
+	window            int  // positions per forward: B, or 2B in fused mode, before windowFor pads it
 	mask              int  // MASK token id
 	sampling          bool // candidates are sampled rather than greedy
 	topK, topP        bool // sampling filters in use
 	blocksPerReadback int
+}
+
+// windowFor is the positions per forward at batch rows: the mode's window, padded to
+// backend.MinWindow. Padding positions past the block only compute discarded rows:
+// block-causal attention hides later blocks, and only the block's own positions are
+// written.
+func (l *loop) windowFor(batch int) int {
+	return max(l.window, backend.MinWindow(l.m.Backend(), batch))
 }
 
 // params are the inputs every program of a loop reads besides the state.
@@ -134,7 +143,7 @@ func (l *loop) newBlock(anchor *Node) (tokens, masked *Node) {
 // elsewhere), and the rows whose block became clean.
 func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, record, clean *Node) {
 	g := s.seq.Graph()
-	B, W := l.block, l.window
+	B, W := l.block, l.windowFor(s.seq.Shape().Dimensions[0])
 	fused := l.mode == Fused
 	active := LogicalNot(s.done)
 	pendingB := MulScalar(ConvertDType(s.pending, dtypes.Int32), B)

@@ -157,16 +157,12 @@ func (b *Backend) buildOnly() bool { return b.client == nil }
 // Name returns "bdxla".
 func (b *Backend) Name() string { return BackendName }
 
-// MinWindow is the fewest positions a decoding forward should run on b (see
-// backend.MinWindow): 1 with option triton, whose 1-row GEMVs made the 1-token AR step
-// faster than the same step padded to 4 rows (BENCHMARKS.md, run S: 2.467 against
-// 2.591 ms on the H200); otherwise 4, as on XLA's backend, whose 1-row GEMMs are slower.
-func (b *Backend) MinWindow() int {
-	if b.tritonGEMV != gemvNone {
-		return 1
-	}
-	return 4
-}
+// FastSingleRowProducts reports whether products of a single row run faster on b than
+// the same products padded to 4 rows, which backend.MinWindow asks: yes with option
+// triton, whose 1-row GEMVs made the 1-token AR step faster than the same step padded
+// to 4 rows (BENCHMARKS.md, run S: 2.467 against 2.591 ms on the H200); no otherwise,
+// as on XLA's backend, whose 1-row GEMMs are slower.
+func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone }
 
 // String returns "bdxla".
 func (b *Backend) String() string { return BackendName }

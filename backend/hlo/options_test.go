@@ -37,8 +37,8 @@ func TestParseOptions(t *testing.T) {
 	b, err := NewBuildOnlyWith("notf32,triton=gemv")
 	require.NoError(t, err)
 	require.True(t, b.noTF32 && b.tritonGEMV == gemvWhereFaster && b.buildOnly())
-	require.Equal(t, 1, b.MinWindow(), "1-row steps are faster with our GEMV")
-	require.Equal(t, 4, NewBuildOnly().MinWindow(), "as on XLA's backend")
+	require.True(t, b.FastSingleRowProducts(), "1-row steps are faster with our GEMV")
+	require.False(t, NewBuildOnly().FastSingleRowProducts(), "as on XLA's backend")
 	_, err = NewBuildOnlyWith("triton=all")
 	require.Error(t, err)
 }
