@@ -5,8 +5,9 @@
 // It exists so that chosen operations can be lowered to our own kernels (XLA's
 // __gpu$xla.gpu.triton custom call, package backend/hlo/triton), which GoMLX's graph API
 // and go-xla's own backend cannot emit. Every operation is plain StableHLO, op for op,
-// except dense products with option triton (below); fused operations GoMLX can
-// decompose (softmax, scaled dot-product attention, …) are declined with
+// except dense products with option triton (below) and the fused scaled dot-product
+// attention, which runs as cuDNN's flash attention on a CUDA plugin (attention.go);
+// the other fused operations GoMLX can decompose (softmax, …) are declined with
 // [compute.ErrNotImplemented] so that GoMLX decomposes them.
 //
 // Its configuration is the PJRT plugin's path (or name), optionally followed by options
@@ -23,13 +24,13 @@
 // backend that builds programs without a plugin, for tests and for reading the
 // StableHLO of a program ([Program]).
 //
-// Status: validated on an H200 (BENCHMARKS.md, runs S-U): its GPU tests (every op and
-// the fixture models against the Go backend, the lowered products against
-// dot_general; gpu_test.go, which needs BLOCKDIFF_PJRT_PLUGIN) and package model's
-// fixture tests on it pass. Its steps take the time XLA's backend's do (within 2 %),
-// and with triton=gemv the 1-token AR step is 6 % faster than XLA's padded one. It has
-// no fused attention, so a 2048-token prefill is 26 % slower than on XLA's backend
-// (cuDNN flash attention there); backend.New therefore keeps XLA's backend by default.
+// Status: validated on an H200 (BENCHMARKS.md, runs S-U and Y): its GPU tests (every op,
+// the fixture models and cuDNN's attention against the Go backend, the lowered products
+// against dot_general; gpu_test.go, which needs BLOCKDIFF_PJRT_PLUGIN) and package
+// model's fixture and fused-attention tests on it pass. Its steps, prefill and block
+// decoding take the time XLA's backend's do (within 2 %), and with triton=gemv the
+// 1-token AR step is 6 % faster than XLA's padded one. backend.New keeps XLA's backend
+// by default until package diffusion's fixture tests have run on this one.
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo
