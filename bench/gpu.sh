@@ -5,11 +5,11 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
-#   bash bench/gpu.sh hlo hlosteps     our own StableHLO backend against the Go backend
-#                                      and the fixtures (at most ~135 s), then its steps
-#                                      with and without our Triton GEMVs against XLA's
-#                                      (at most ~400 s); hlodecode: prefill and batch-1
-#                                      decoding on XLA's backend and ours (<= 300 s;
+#   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
+#                                      and the model and decoder fixtures (<= 510 s)
+#   bash bench/gpu.sh hlosteps         its steps with and without our Triton GEMVs
+#                                      against XLA's (<= 400 s); hlodecode: prefill and
+#                                      batch-1 decoding on XLA's backend and ours (<= 300 s;
 #                                      BATCHES="8,64" ONLY=decode: other batch sizes)
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
@@ -53,15 +53,21 @@ fixtures() {
 
 hlo() {
   # Our own StableHLO backend (backend/hlo): its ops, the fixture models' logits and
-  # greedy decodes against the Go backend, and triton=gemv-all's GEMVs against its
-  # dot_generals, then model.test's fixture tests on it (float32 products at full
-  # precision, as in the fixtures section).
+  # greedy decodes and cuDNN's attention against the Go backend, and triton=gemv-all's
+  # GEMVs against its dot_generals, then model.test's and diffusion.test's fixture tests
+  # on it (float32 products at full precision, as in the fixtures section).
   section "hlo backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -70
   GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 150 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath|TestFused' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|backend:|Error:|fused|max' "$OUT/model-hlo.log" | head -40
+  # The decoder's fixture tests on ours with triton=gemv, as on XLA's backend in the
+  # fixtures section (what making it the default on CUDA waits for).
+  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 240 .gpu/bin/diffusion.test -test.v \
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
+    >"$OUT/diffusion-hlo.log" 2>&1
+  echo "diffusion on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion-hlo.log" | head -20
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
