@@ -8,7 +8,7 @@
 //     "xla:/path/to/plugin.so,preallocate=true", or "bdxla:/path/to/plugin.so" for our own
 //     StableHLO backend, package backend/hlo, whose option triton=gemv runs 1-row dense
 //     products of the larger weights as our own Triton kernel: autoregressive decoding
-//     7 % faster at batch 1, long prefills slower; see BENCHMARKS.md).
+//     7 % faster at batch 1, the rest as fast as XLA's backend; see BENCHMARKS.md).
 //  3. Auto-detection of the CUDA plugin of the `jax-cuda13-pjrt` Python package
 //     (jax_plugins/xla_cuda13/xla_cuda_plugin.so) in the machine's Python
 //     site-packages folders, when an NVIDIA device is present.
