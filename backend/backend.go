@@ -162,15 +162,15 @@ func RunsLoopsOnDevice(b compute.Backend) bool {
 }
 
 // MinWindow is the fewest positions a decoding forward of batch rows should run on b.
-// On XLA's GPU backends, products of fewer than 64 rows run faster padded to 4 rows per
-// batch row (BENCHMARKS.md: an autoregressive step padded to 4 rows took 2.65 ms on the
-// H200 and unpadded 3.34 ms, in run D; AR decoding at batch 8 ran at 2227 tokens/s
-// padded and 1415 unpadded, in run Z), and from 64 rows they run faster unpadded (9632
-// against 11169 tokens/s at batch 64, run Z), so one-token windows pad to 4 positions
-// below 64 rows there. A batch of 1 on a backend with a method FastSingleRowProducts()
-// bool that returns true is not padded (our StableHLO backend with option triton, whose
-// 1-row GEMVs made the 1-row AR step faster). The Go backend computes every row it is
-// given, so it pads nothing.
+// On the H200, XLA's dots made one-token windows faster padded to 4 positions at batch
+// 1 and 8 and slower at batch 64 (BENCHMARKS.md: an AR step padded took 2.65 ms and
+// unpadded 3.34 ms, run D; AR decoding at batch 8 ran at 2227 tokens/s padded and 1415
+// unpadded, at batch 64 at 9632 padded and 11169 unpadded, run Z), so on XLA's GPU
+// backends one-token windows pad to 4 positions below 64 rows (between 8 and 64 not
+// measured). A batch of 1 on a backend with a method FastSingleRowProducts() bool that
+// returns true is not padded (our StableHLO backend with option triton, whose 1-row
+// GEMVs made the 1-row AR step faster). The Go backend computes every row it is given,
+// so it pads nothing.
 func MinWindow(b compute.Backend, batch int) int {
 	if !RunsLoopsOnDevice(b) || batch >= minUnpaddedBatch {
 		return 1

@@ -112,8 +112,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		return nil, nil, opError(op, err)
 	}
 	// Results: the output [b, heads, t, d], stored as the query is laid out; the softmax
-	// statistics [b, heads, t] (the flash backward's, unused here: XLA's thunk expects
-	// them); an empty workspace.
+	// statistics [b, heads, t] (the flash backward's, unused here); an empty workspace.
 	outLayout := []int{3, 2, 1, 0}
 	if layout == compute.AttentionAxesLayoutBSHD {
 		outLayout = []int{3, 1, 2, 0}
@@ -156,9 +155,8 @@ func (s attentionShape) check(q, k, v xshapes.Shape, cfg compute.ScaledDotProduc
 // cudnnAttentionConfig is the backend config of the forward custom call: XLA's
 // GpuBackendConfig holding a CudnnfMHABackendConfig, in JSON (int64 fields as strings;
 // XLA rejects fields its version lacks, such as older JAX's wait_on_operation_queues),
-// with the scores' shape
-// [b, heads, t, s] and the two products' dimension numbers for the operands' layout
-// (row-major q, k, v in that layout; the scores P [b, heads, t, s]).
+// with the scores' shape [b, heads, t, s] and the two products' dimension numbers for
+// the operands' layout (row-major q, k, v in that layout; the scores P [b, heads, t, s]).
 func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.AttentionAxesLayout, scale float64, causal bool) (string, error) {
 	type dotDims struct {
 		LhsContracting []string `json:"lhs_contracting_dimensions"`
