@@ -18,6 +18,7 @@ build() { # build DIR: the binaries of the source tree in the current folder, in
 build .gpu/bin
 go build -ldflags="-s -w" -o .gpu/bin/tritonprobe ./bench/tritonprobe # main only
 go test -c -ldflags="-s -w" -o .gpu/bin/hlo.test ./backend/hlo      # main only
+go test -c -ldflags="-s -w" -o .gpu/bin/quant.test ./quant          # main only
 for ref in ${VARIANTS:-}; do
   dir=$(mktemp -d)
   git worktree add -q --detach "$dir" "$ref"

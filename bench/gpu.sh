@@ -6,7 +6,8 @@
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
-#                                      and the model and decoder fixtures (<= 510 s)
+#                                      and the model fixtures (<= 270 s); hlodecoder: the
+#                                      decoder's fixtures and FP8 on it (<= 360 s)
 #   bash bench/gpu.sh hlosteps         its steps with and without our Triton GEMVs
 #                                      against XLA's (<= 400 s); hlodecode: prefill and
 #                                      batch-1 decoding on XLA's backend and ours (<= 300 s;
@@ -17,7 +18,7 @@
 #                                      beside this one (~140 s, plus ~260 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, fixtures, hlo, hlodecoder, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -54,20 +55,28 @@ fixtures() {
 hlo() {
   # Our own StableHLO backend (backend/hlo): its ops, the fixture models' logits and
   # greedy decodes and cuDNN's attention against the Go backend, and triton=gemv-all's
-  # GEMVs against its dot_generals, then model.test's and diffusion.test's fixture tests
-  # on it (float32 products at full precision, as in the fixtures section).
+  # GEMVs against its dot_generals, then model.test's fixture tests on it (float32
+  # products at full precision, as in the fixtures section).
   section "hlo backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -70
   GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 150 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath|TestFused' >"$OUT/model-hlo.log" 2>&1
   echo "model on hlo: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|backend:|Error:|fused|max' "$OUT/model-hlo.log" | head -40
-  # The decoder's fixture tests on ours with triton=gemv, as on XLA's backend in the
-  # fixtures section (what making it the default on CUDA waits for).
+}
+
+hlodecoder() {
+  # The decoder's fixture tests and quant's GPU-relevant tests on ours with
+  # triton=gemv, as on XLA's backend in the fixtures section: what making it the
+  # default on CUDA (branch bdxla-default) waits for (<= 360 s).
+  section "decoder and FP8 on bdxla,triton=gemv"
   GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 240 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
     >"$OUT/diffusion-hlo.log" 2>&1
   echo "diffusion on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion-hlo.log" | head -20
+  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 120 .gpu/bin/quant.test -test.v \
+    -test.run 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' >"$OUT/quant-hlo.log" 2>&1
+  echo "quant on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/quant-hlo.log" | head -20
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
