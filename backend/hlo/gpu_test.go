@@ -161,20 +161,34 @@ func TestOpsMatchGo(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ExecOnceN(onPlugin, c.fn, c.inputs...)
-			require.NoError(t, err)
 			goFn := c.fn
 			if c.goFn != nil {
 				goFn = c.goFn
 			}
-			want, err := ExecOnceN(onGo, goFn, c.inputs...)
-			require.NoError(t, err)
+			got, want := execOnBoth(t, onPlugin, c.fn, onGo, goFn, c.inputs...)
 			require.Len(t, got, len(want))
 			for i := range want {
 				requireClose(t, fmt.Sprintf("output #%d", i), got[i], want[i], c.tol)
 			}
 		})
 	}
+}
+
+// execOnBoth runs fnA on backend a and fnB on backend b with the same inputs, moving
+// the tensors among them back to the host in between (a tensor lives on one backend).
+func execOnBoth(t *testing.T, a compute.Backend, fnA func([]*Node) []*Node, b compute.Backend, fnB func([]*Node) []*Node,
+	inputs ...any) (fromA, fromB []*tensors.Tensor) {
+	t.Helper()
+	fromA, err := ExecOnceN(a, fnA, inputs...)
+	require.NoError(t, err)
+	for _, in := range inputs {
+		if x, ok := in.(*tensors.Tensor); ok {
+			require.NoError(t, x.ToLocal())
+		}
+	}
+	fromB, err = ExecOnceN(b, fnB, inputs...)
+	require.NoError(t, err)
+	return fromA, fromB
 }
 
 // ramp is n values i/n - 0.5.
@@ -347,13 +361,7 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 			}
 			text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
 			require.Len(t, tritonCalls(text), maxRows*len(outs), "not all lowered")
-			got, err := ExecOnceN(lowered, fn, inputs...)
-			require.NoError(t, err)
-			for _, in := range inputs { // off the lowered backend's client: a tensor lives on one backend
-				require.NoError(t, in.(*tensors.Tensor).ToLocal())
-			}
-			want, err := ExecOnceN(plain, fn, inputs...)
-			require.NoError(t, err)
+			got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
 			for i := range want {
 				m, out := i/len(outs)+1, outs[i%len(outs)]
 				tol := 1e-4
@@ -500,13 +508,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				}
 				return []*Node{out}
 			}
-			got, err := ExecOnceN(onPlugin, fused, inputs...)
-			require.NoError(t, err)
-			for _, in := range inputs { // off the plugin's client: a tensor lives on one backend
-				require.NoError(t, in.(*tensors.Tensor).ToLocal())
-			}
-			want, err := ExecOnceN(onGo, plain, inputs...)
-			require.NoError(t, err)
+			got, want := execOnBoth(t, onPlugin, fused, onGo, plain, inputs...)
 			g, w := float64s(t, got[0]), float64s(t, want[0])
 			worst := 0.0
 			for i := range w {
