@@ -28,9 +28,16 @@ const GoConfig = "go:num_executors=1"
 // site-packages folder.
 var cudaPluginRelPath = filepath.Join("jax_plugins", "xla_cuda13", "xla_cuda_plugin.so")
 
-// xlaCUDAOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
-// preallocating device memory made large outputs 2-3x faster to allocate on the H200.
-const xlaCUDAOptions = ",preallocate=true"
+// cudaBackend is the backend an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin runs on:
+// our own StableHLO backend (package backend/hlo), which took the time of go-xla's on
+// every step, prefill and decoding figure of the H200 and ran autoregressive decoding
+// at batch 1 7 % faster with its Triton GEMVs (BENCHMARKS.md, runs T, Y and Z).
+const cudaBackend = "bdxla:"
+
+// cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
+// preallocating device memory made large outputs 2-3x faster to allocate on the H200;
+// triton=gemv runs the 1-row products our Triton GEMV measured faster.
+const cudaOptions = ",preallocate=true,triton=gemv"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {
@@ -40,11 +47,17 @@ type Choice struct {
 	Reason string
 }
 
-// IsXLA reports whether the choice runs on XLA.
+// IsXLA reports whether the choice runs on XLA (go-xla's backend or ours).
 func (c Choice) IsXLA() bool {
 	name, _, _ := strings.Cut(c.Config, ":")
+	return runsOnXLA(name)
+}
+
+// runsOnXLA reports whether the backend registered as name runs on XLA: go-xla's, under
+// its names and aliases, or ours ("bdxla").
+func runsOnXLA(name string) bool {
 	switch name {
-	case "xla", "stablehlo", "shlo", "hlo", "pjrt":
+	case "xla", "stablehlo", "shlo", "hlo", "pjrt", "bdxla":
 		return true
 	}
 	return false
@@ -56,7 +69,7 @@ func (c Choice) String() string { return fmt.Sprintf("%s (%s)", c.Config, c.Reas
 // Select decides which backend to use without creating it.
 func Select() Choice {
 	if plugin := os.Getenv(PluginEnv); plugin != "" {
-		return Choice{Config: "xla:" + plugin + xlaCUDAOptions, Reason: PluginEnv + " is set"}
+		return Choice{Config: cudaBackend + plugin + cudaOptions, Reason: PluginEnv + " is set"}
 	}
 	if config := os.Getenv(GoMLXEnv); config != "" {
 		return Choice{Config: config, Reason: GoMLXEnv + " is set"}
@@ -65,7 +78,7 @@ func Select() Choice {
 		for _, dir := range sitePackages() {
 			plugin := filepath.Join(dir, cudaPluginRelPath)
 			if fileExists(plugin) {
-				return Choice{Config: "xla:" + plugin + xlaCUDAOptions,
+				return Choice{Config: cudaBackend + plugin + cudaOptions,
 					Reason: "found the CUDA PJRT plugin of jax-cuda13-pjrt in " + dir}
 			}
 		}
@@ -89,6 +102,9 @@ func New() (compute.Backend, Choice, error) {
 // downloading anything.
 func NewWithConfig(config string) (b compute.Backend, err error) {
 	name, _, _ := strings.Cut(config, ":")
+	if runsOnXLA(name) && !xlaAvailable {
+		return nil, fmt.Errorf("backend %q needs XLA, which this binary was built without (it needs cgo)", config)
+	}
 	if !slices.Contains(compute.List(), name) {
 		return nil, fmt.Errorf("backend: unknown backend %q in %q (available: %s)", name, config, strings.Join(compute.List(), ", "))
 	}
@@ -98,10 +114,7 @@ func NewWithConfig(config string) (b compute.Backend, err error) {
 			b, err = nil, fmt.Errorf("backend: creating %q: %v", config, r)
 		}
 	}()
-	if name == "xla" || name == "stablehlo" || name == "shlo" || name == "hlo" || name == "pjrt" {
-		if !xlaAvailable {
-			return nil, fmt.Errorf("backend %q needs XLA, which this binary was built without (it needs cgo)", config)
-		}
+	if runsOnXLA(name) {
 		// The CUDA plugin's library-layout check warns about a layout that works for
 		// the pip-installed plugin; keep the output clean unless the user asked for it.
 		if os.Getenv("GOPJRT_CUDA_CHECKS") == "" {
