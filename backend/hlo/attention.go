@@ -57,10 +57,12 @@ func newAttentionShape(q, k xshapes.Shape, layout compute.AttentionAxesLayout) (
 // query, key and value of the same dtype, head dimension a multiple of 8 up to
 // maxCuDNNHeadDim, query heads a multiple of key/value heads (query head h uses
 // key/value head h/(heads/kvHeads)), and as options a scale, an additive bias
-// [b, heads, t, s] of the same dtype, or a causal mask when there are as many keys as
-// queries. It declines ([compute.ErrNotImplemented], so that the caller builds the
-// attention of plain ops) other dtypes, boolean masks, sequence lengths and quantized
-// products; shapes that disagree are errors.
+// [b, heads, t, s] of the same dtype (its batch and head axes may be 1, broadcast by
+// cuDNN), a boolean mask [t, s], [b, t, s] or [b, heads, t, s] (true: visible; its
+// batch and head axes may be 1 too), which it turns into such a bias, or a causal mask
+// when there are as many keys as queries. It declines ([compute.ErrNotImplemented], so
+// that the caller builds the attention of plain ops) other dtypes, sequence lengths,
+// quantized products and a mask with a bias; shapes that disagree are errors.
 func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Value, layout compute.AttentionAxesLayout,
 	options *compute.ScaledDotProductAttentionConfig) (compute.Value, []compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
@@ -71,13 +73,16 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	if b := f.builder.backend; !b.buildOnly() && !b.plugin.IsCUDA() {
 		return nil, nil, notImplemented(op)
 	}
-	if cfg.Mask != nil || cfg.QuerySeqLen != nil || cfg.KeyValueSeqLen != nil || cfg.QuantizedMatmuls {
-		return nil, nil, fmt.Errorf("hlo: %s: cuDNN takes a scale, an additive bias or a causal mask, no other option: %w",
+	if (cfg.Mask != nil && cfg.Bias != nil) || cfg.QuerySeqLen != nil || cfg.KeyValueSeqLen != nil || cfg.QuantizedMatmuls {
+		return nil, nil, fmt.Errorf("hlo: %s: cuDNN takes a scale, an additive bias, a boolean mask or a causal mask, no other option: %w",
 			op, compute.ErrNotImplemented)
 	}
 	operands := []compute.Value{query, key, value}
-	if cfg.Bias != nil {
+	switch {
+	case cfg.Bias != nil:
 		operands = append(operands, cfg.Bias)
+	case cfg.Mask != nil:
+		operands = append(operands, cfg.Mask)
 	}
 	vs, err := f.operands(operands...)
 	if err != nil {
@@ -91,10 +96,11 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	if err == nil {
 		err = shape.check(q, k, v, cfg)
 	}
-	if err == nil && cfg.Bias != nil {
-		if bias := vs[3].Shape(); bias.DType != q.DType || !bias.Equal(xshapes.Make(q.DType, shape.b, shape.heads, shape.t, shape.s)) {
-			err = fmt.Errorf("bias %s: want [%d, %d, %d, %d] %s", bias, shape.b, shape.heads, shape.t, shape.s, q.DType)
-		}
+	if err == nil && cfg.Mask != nil {
+		vs[3], err = f.maskToBias(vs[3], shape, q.DType)
+	}
+	if err == nil && len(vs) == 4 {
+		err = shape.checkBias(vs[3].Shape(), q.DType)
 	}
 	if err != nil {
 		return nil, nil, opError(op, err)
@@ -104,7 +110,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		scale = 1 / math.Sqrt(float64(shape.d))
 	}
 	target := cudnnAttentionTarget
-	if cfg.Bias != nil {
+	if len(vs) == 4 {
 		target = cudnnAttentionBiasTarget
 	}
 	config, err := cudnnAttentionConfig(shape, q.DType, layout, scale, cfg.Causal)
@@ -133,6 +139,69 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	}
 	res, err := f.result(op, out, err)
 	return res, nil, err
+}
+
+// checkBias reports whether bias is not an additive bias cuDNN takes for an attention
+// of shape s: [b or 1, heads or 1, t, s] in the operands' dtype.
+func (s attentionShape) checkBias(bias xshapes.Shape, dtype dtypes.DType) error {
+	d := bias.Dimensions
+	if bias.DType != dtype || bias.Rank() != 4 || (d[0] != s.b && d[0] != 1) || (d[1] != s.heads && d[1] != 1) ||
+		d[2] != s.t || d[3] != s.s {
+		return fmt.Errorf("bias %s: want [%d or 1, %d or 1, %d, %d] %s", bias, s.b, s.heads, s.t, s.s, dtype)
+	}
+	return nil
+}
+
+// hiddenBias is the additive bias of hidden keys that maskToBias writes: JAX's for
+// cuDNN (-2⁴¹ in bfloat16, -2¹⁵ in float16), finite and far below any score; JAX avoids
+// infinities there for a cuDNN problem with subtracting two large negative values.
+func hiddenBias(dtype dtypes.DType) float64 {
+	if dtype == dtypes.Float16 {
+		return -(1 << 15)
+	}
+	return -(1 << 41)
+}
+
+// maskToBias turns a boolean mask of an attention of shape s ([t, s], [b, t, s] or
+// [b, heads, t, s], batch and head axes possibly 1) into the additive bias cuDNN takes:
+// [b or 1, heads or 1, t, s] of dtype, 0 where visible and hiddenBias elsewhere.
+func (f *Function) maskToBias(mask *stablehlo.Value, s attentionShape, dtype dtypes.DType) (*stablehlo.Value, error) {
+	m := mask.Shape()
+	if m.DType != dtypes.Bool || m.Rank() < 2 || m.Rank() > 4 {
+		return nil, fmt.Errorf("mask %s: want a boolean [t, s], [b, t, s] or [b, heads, t, s]", m)
+	}
+	var dims []int
+	switch d := m.Dimensions; m.Rank() {
+	case 2:
+		dims = []int{1, 1, d[0], d[1]}
+	case 3: // [b, t, s]: the head axis goes between
+		dims = []int{d[0], 1, d[1], d[2]}
+	default:
+		dims = d
+	}
+	if s.checkBias(xshapes.Make(dtype, dims...), dtype) != nil {
+		return nil, fmt.Errorf("mask %s: want [%d, %d], [%d or 1, %d, %d] or [%d or 1, %d or 1, %d, %d]",
+			m, s.t, s.s, s.b, s.t, s.s, s.b, s.heads, s.t, s.s)
+	}
+	mask, err := stablehlo.Reshape(mask, xshapes.Make(dtypes.Bool, dims...))
+	if err != nil {
+		return nil, err
+	}
+	zero, err := f.scalar(dtype, 0)
+	if err != nil {
+		return nil, err
+	}
+	hidden, err := f.scalar(dtype, hiddenBias(dtype))
+	if err != nil {
+		return nil, err
+	}
+	if zero, err = broadcastTo(zero, dims); err != nil {
+		return nil, err
+	}
+	if hidden, err = broadcastTo(hidden, dims); err != nil {
+		return nil, err
+	}
+	return stablehlo.Select(mask, zero, hidden)
 }
 
 // check reports what cuDNN's flash attention rejects in the operands of shape s.

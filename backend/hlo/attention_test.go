@@ -30,6 +30,15 @@ func fusedAttention(layout compute.AttentionAxesLayout, withBias bool, cfg compu
 	}
 }
 
+// fusedAttentionWithMask is fusedAttention with its fourth input as the boolean mask.
+func fusedAttentionWithMask(layout compute.AttentionAxesLayout) func(g *Graph, in []*Node) []*Node {
+	return func(g *Graph, in []*Node) []*Node {
+		cfg := compute.ScaledDotProductAttentionConfig{Mask: InternalBackendOutputs(in[3])[0]}
+		out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], layout, &cfg)
+		return []*Node{out}
+	}
+}
+
 // cudnnConfig is the part of a cuDNN attention call's backend config the tests check.
 type cudnnConfig struct {
 	FMHA struct {
@@ -97,6 +106,15 @@ func TestFusedAttentionIsCuDNN(t *testing.T) {
 			fusedAttention(bshd, false, compute.ScaledDotProductAttentionConfig{Causal: true}), "__cudnn$fmhaSoftmax",
 			[]string{"1", "4", "8", "8"}, []string{"0", "2"}, "CAUSAL", 0.25,
 			"result_layouts = [dense<[3, 1, 2, 0]> : tensor<4xindex>"},
+		{"BSHD prefill with a boolean mask, as a bias broadcast over heads",
+			[]shapes.Shape{bf16(2, 8, 4, 16), bf16(2, 8, 2, 16), bf16(2, 8, 2, 16), shapes.Make(dtypes.Bool, 2, 8, 8)},
+			fusedAttentionWithMask(bshd), "__cudnn$fmhaScaleBiasSoftmax",
+			[]string{"2", "4", "8", "8"}, []string{"0", "2"}, "NO_MASK", 0.25,
+			"tensor<2x1x8x8xi1>, tensor<2x1x8x8xbf16>, tensor<2x1x8x8xbf16>) -> tensor<2x1x8x8xbf16>"},
+		{"BHSD with a bias of one head", []shapes.Shape{bf16(1, 4, 4, 16), bf16(1, 2, 12, 16), bf16(1, 2, 12, 16), bf16(1, 1, 4, 12)},
+			fusedAttention(compute.AttentionAxesLayoutBHSD, true, compute.ScaledDotProductAttentionConfig{}), "__cudnn$fmhaScaleBiasSoftmax",
+			[]string{"1", "4", "4", "12"}, []string{"0", "1"}, "NO_MASK", 0.25,
+			"tensor<1x1x4x12xbf16>) -> (tensor<1x4x4x16xbf16>"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			text := build(t, c.inputs, c.fn)
@@ -111,7 +129,7 @@ func TestFusedAttentionIsCuDNN(t *testing.T) {
 			require.InDelta(t, c.scale, cfg.FMHA.Scale, 1e-12)
 			require.Contains(t, text, c.wantText)
 			// the key and value go in as they are: grouped heads are not repeated per query head
-			require.Contains(t, text, `"stablehlo.custom_call"(%arg0, %arg1, %arg2`)
+			require.Regexp(t, `"stablehlo.custom_call"\(%arg0, %arg1, %arg2(, %(arg3|\d+))?\)`, text)
 		})
 	}
 }
@@ -121,9 +139,10 @@ func TestFusedAttentionIsCuDNN(t *testing.T) {
 func TestFusedAttentionDeclinesAndRejects(t *testing.T) {
 	bf16 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
 	bshd := compute.AttentionAxesLayoutBSHD
-	mask := func(g *Graph, in []*Node) []*Node {
+	maskAndBias := func(g *Graph, in []*Node) []*Node {
 		m := InternalBackendOutputs(Const(g, [][]bool{{true, false}, {true, true}}))[0]
-		out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], bshd, &compute.ScaledDotProductAttentionConfig{Mask: m})
+		cfg := compute.ScaledDotProductAttentionConfig{Mask: m, Bias: InternalBackendOutputs(in[3])[0]}
+		out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], bshd, &cfg)
 		return []*Node{out}
 	}
 	for _, c := range []struct {
@@ -135,9 +154,14 @@ func TestFusedAttentionDeclinesAndRejects(t *testing.T) {
 	}{
 		{"float32", []shapes.Shape{f32(1, 2, 4, 16), f32(1, 2, 2, 16), f32(1, 2, 2, 16)},
 			fusedAttention(bshd, false, compute.ScaledDotProductAttentionConfig{}), true, ""},
-		{"boolean mask", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16)}, mask, true, ""},
-		{"bias of the wrong shape", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16), bf16(1, 1, 2, 2)},
-			fusedAttention(bshd, true, compute.ScaledDotProductAttentionConfig{}), false, "want [1, 4, 2, 2]"},
+		{"a mask and a bias", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16), bf16(1, 4, 2, 2)},
+			maskAndBias, true, ""},
+		{"bias of the wrong shape", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 2)},
+			fusedAttention(bshd, true, compute.ScaledDotProductAttentionConfig{}), false, "want [1 or 1, 4 or 1, 2, 2]"},
+		{"mask of the wrong shape", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16), shapes.Make(dtypes.Bool, 1, 3, 2)},
+			fusedAttentionWithMask(bshd), false, "want [2, 2], [1 or 1, 2, 2] or [1 or 1, 4 or 1, 2, 2]"},
+		{"a float mask", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2)},
+			fusedAttentionWithMask(bshd), false, "want a boolean"},
 		{"causal over more keys", []shapes.Shape{bf16(1, 2, 4, 16), bf16(1, 6, 2, 16), bf16(1, 6, 2, 16)},
 			fusedAttention(bshd, false, compute.ScaledDotProductAttentionConfig{Causal: true}), false, "ambiguous"},
 		{"heads not in groups", []shapes.Shape{bf16(1, 2, 3, 16), bf16(1, 2, 2, 16), bf16(1, 2, 2, 16)},

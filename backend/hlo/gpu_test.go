@@ -434,7 +434,8 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 // cuDNN's attention (bf16, on the plugin) gives the plain attention of the same inputs
 // computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
-// bias that hides some keys (0 or -1e30) or a causal mask. The tolerance, 1e-2 absolute
+// bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
+// the backend turns into a bias broadcast over the heads) or a causal mask. The tolerance, 1e-2 absolute
 // on outputs within [-1, 1], covers bf16's rounding of the output and of the
 // probabilities before their product with the values (2⁻⁸ each); a dropped bias, or
 // heads grouped the other way, differ by ~0.1 or more.
@@ -446,13 +447,14 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 		name                    string
 		layout                  compute.AttentionAxesLayout
 		b, heads, kvHeads, t, s int
-		causal                  bool
+		hide                    string // "bias", "mask" or "causal"
 	}{
-		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, false},
-		{"BSHD causal", bshd, 2, 4, 4, 32, 32, true},
-		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, false},
-		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, false},
-		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, false},
+		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias"},
+		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask"},
+		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal"},
+		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias"},
+		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias"},
+		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const d = 128
@@ -464,20 +466,31 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 			}
 			inputs := []any{randomBF16(rng, seqDims(c.heads, c.t), 1), randomBF16(rng, seqDims(c.kvHeads, c.s), 1),
 				randomBF16(rng, seqDims(c.kvHeads, c.s), 1)}
-			if !c.causal { // query i sees key j unless (3i + 7j) % 5 == 0, and always key 0
+			// query i sees key j unless (3i + 7j) % 5 == 0, and always key 0
+			hidden := func(i int) bool { q, k := i/c.s%c.t, i%c.s; return k != 0 && (3*q+7*k)%5 == 0 }
+			switch c.hide {
+			case "bias":
 				bias := make([]bfloat16.BFloat16, c.b*c.heads*c.t*c.s)
 				for i := range bias {
-					q, k := i/c.s%c.t, i%c.s
-					if k != 0 && (3*q+7*k)%5 == 0 {
+					if hidden(i) {
 						bias[i] = bfloat16.FromFloat32(-1e30)
 					}
 				}
 				inputs = append(inputs, tensors.FromFlatDataAndDimensions(bias, c.b, c.heads, c.t, c.s))
+			case "mask":
+				mask := make([]bool, c.b*c.t*c.s)
+				for i := range mask {
+					mask[i] = !hidden(i)
+				}
+				inputs = append(inputs, tensors.FromFlatDataAndDimensions(mask, c.b, c.t, c.s))
 			}
 			fused := func(in []*Node) []*Node {
-				cfg := &compute.ScaledDotProductAttentionConfig{Causal: c.causal}
-				if !c.causal {
+				cfg := &compute.ScaledDotProductAttentionConfig{Causal: c.hide == "causal"}
+				switch c.hide {
+				case "bias":
 					cfg.Bias = InternalBackendOutputs(in[3])[0]
+				case "mask":
+					cfg.Mask = InternalBackendOutputs(in[3])[0]
 				}
 				out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], c.layout, cfg)
 				return []*Node{ConvertDType(out, dtypes.Float32)}
@@ -494,11 +507,15 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				q := Reshape(toBHSD(in[0]), c.b, c.kvHeads, group, c.t, d)
 				k, v := toBHSD(in[1]), toBHSD(in[2])
 				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(d)) // [b, kvHeads, group, t, s]
-				if c.causal {
-					g := q.Graph()
+				g := q.Graph()
+				switch c.hide {
+				case "causal":
 					seen := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
 					scores = Where(BroadcastToShape(Reshape(seen, 1, 1, 1, c.t, c.s), scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
-				} else {
+				case "mask":
+					seen := Reshape(in[3], c.b, 1, 1, c.t, c.s)
+					scores = Where(BroadcastToShape(seen, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
+				default:
 					scores = Add(scores, Reshape(ConvertDType(in[3], dtypes.Float32), c.b, c.kvHeads, group, c.t, c.s))
 				}
 				out := Dot(Softmax(scores, -1), v).General([]int{4}, []int{0, 1}, []int{2}, []int{0, 1}) // [b, kvHeads, group, t, d]
