@@ -4,10 +4,12 @@
 # device (carrying .gpu; logs and tables go to $OUT):
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
+#   bash bench/gpu.sh peer steps       the same-run comparison: the peer, then batch-1
+#                                      steps and prefill on XLA's backend and ours (~250 s)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the model fixtures (<= 270 s); hlodecoder: the
-#                                      decoder's fixtures and FP8 on it (<= 360 s)
+#                                      decoder's fixtures and FP8 on it (<= 540 s)
 #   bash bench/gpu.sh hlosteps         its steps with and without our Triton GEMVs
 #                                      against XLA's (<= 400 s); hlodecode: prefill and
 #                                      batch-1 decoding on XLA's backend and ours (<= 300 s;
@@ -18,7 +20,8 @@
 #                                      beside this one (~140 s, plus ~260 s per variant;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
-# Sections: peer, bench, fixtures, hlo, hlodecoder, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
+# Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
+# hlodecoder, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -68,13 +71,14 @@ hlo() {
 hlodecoder() {
   # The decoder's fixture tests and quant's GPU-relevant tests on ours with
   # triton=gemv, as on XLA's backend in the fixtures section: what making it the
-  # default on CUDA (branch bdxla-default) waits for (<= 360 s).
+  # default on CUDA rests on (<= 540 s; run AC: TestFixtureAccuracy, which compiles
+  # many small programs, took 178 s).
   section "decoder and FP8 on bdxla,triton=gemv"
   GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 240 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
     >"$OUT/diffusion-hlo.log" 2>&1
   echo "diffusion on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion-hlo.log" | head -20
-  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 120 .gpu/bin/quant.test -test.v \
+  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 300 .gpu/bin/quant.test -test.v \
     -test.run 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' >"$OUT/quant-hlo.log" 2>&1
   echo "quant on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/quant-hlo.log" | head -20
 }
@@ -115,13 +119,26 @@ hlodecode() {
   # Prefill (cuDNN's attention and plain) and decoding on XLA's backend and on ours with
   # triton=gemv (whose 1-row AR steps are not padded: hlo.Backend.MinWindow), at the
   # batch sizes of BATCHES (default 1; each size adds ~60-100 s per backend).
-  # ONLY="decode" skips the prefill.
+  # ONLY="decode" skips the prefill; LABELS="bdxla-gemv" times one backend.
   local label
-  for label in xla bdxla-gemv; do
+  for label in ${LABELS:-xla bdxla-gemv}; do
     section "${ONLY:-prefill,decode} at batch ${BATCHES:-1} on $label"
     GOMLX_BACKEND=$(backend_config "$label") timeout "${DECODE_TIMEOUT:-150}" .gpu/bin/bench -only "${ONLY:-prefill,decode}" \
       -batches "${BATCHES:-1}" -prefill-attention auto,plain >"$OUT/decode-$label.log" 2>&1
     echo "rc=$?"; grep -E '^(prefill|fused|autoregressive)' "$OUT/decode-$label.log" | grep -v compiled
+  done
+}
+
+steps() {
+  # Batch-1 steps in a device loop of 20 and prefill (cuDNN attention) on XLA's backend
+  # and ours with triton=gemv (the default on CUDA); after peer in the same call, the
+  # same-run comparison of BENCHMARKS.md (~110 s; with the peer ~250 s).
+  local label
+  for label in xla bdxla-gemv; do
+    section "steps and prefill on $label"
+    GOMLX_BACKEND=$(backend_config "$label") timeout 130 .gpu/bin/bench -only steps,prefill -steps denoise,fused,ar \
+      -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
+    echo "rc=$?"; grep -E 'device loop|^prefill' "$OUT/steps-prefill-$label.log" | grep -v compiled
   done
 }
 
@@ -132,9 +149,10 @@ peer() {
 }
 
 bench() {
-  # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape).
+  # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape) on the
+  # backend blockdiff picks on CUDA (ours with triton=gemv; runs before AC: XLA's).
   section "blockdiff bench"
-  GOMLX_BACKEND=$XLA_BF16 timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
     -steps denoise,fused,ar,ar-padded -prefill-attention fused,plain -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
   echo "bench: rc=$?"; grep -v '^\(backend\|loaded\)' "$OUT/bench.log" | tail -40
 }
