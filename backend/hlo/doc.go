@@ -24,13 +24,14 @@
 // backend that builds programs without a plugin, for tests and for reading the
 // StableHLO of a program ([Program]).
 //
-// Status: validated on an H200 (BENCHMARKS.md, runs S-U and Y): its GPU tests (every op,
-// the fixture models and cuDNN's attention against the Go backend, the lowered products
-// against dot_general; gpu_test.go, which needs BLOCKDIFF_PJRT_PLUGIN) and package
-// model's fixture and fused-attention tests on it pass. Its steps, prefill and block
-// decoding take the time XLA's backend's do (within 2 %), and with triton=gemv the
-// 1-token AR step is 6 % faster than XLA's padded one. backend.New keeps XLA's backend
-// by default until package diffusion's fixture tests have run on this one.
+// Status: validated on an H200 (BENCHMARKS.md, runs S-U, Y and AA-AC): its GPU tests
+// (every op, the fixture models and cuDNN's attention against the Go backend, the
+// lowered products against dot_general; gpu_test.go, which needs BLOCKDIFF_PJRT_PLUGIN)
+// and the fixture tests of packages model, diffusion and quant on it pass. Its steps and
+// block decoding take the time XLA's backend's do (within 2 %); with triton=gemv the
+// 1-token AR step is 6-8 % faster than XLA's, and prefill, whose boolean mask it hands
+// cuDNN as a bias of one head, 4-6 % faster at 2048 tokens. Package backend picks it,
+// with triton=gemv, for a CUDA plugin it finds.
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo
