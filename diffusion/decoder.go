@@ -202,10 +202,16 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	for i := range results {
 		results[i] = &Result{Tokens: []int{}}
 	}
+	// The inputs' device buffers are freed as soon as they are used rather than when
+	// the garbage collector gets to them (a plugin frees them once the execution that
+	// reads them has finished).
+	defer freeAll(common)
 	var stats Stats
 	start := time.Now()
-	state, err := prefill.Run(append(common, tensors.FromFlatDataAndDimensions(seq, b, capacity),
-		tensors.FromFlatDataAndDimensions(prefillTokens, b, prefillWidth))...)
+	prefillOnly := []*tensors.Tensor{tensors.FromFlatDataAndDimensions(seq, b, capacity),
+		tensors.FromFlatDataAndDimensions(prefillTokens, b, prefillWidth)}
+	state, err := prefill.Run(append(common, prefillOnly...)...)
+	freeAll(prefillOnly)
 	if err != nil {
 		return nil, err
 	}
