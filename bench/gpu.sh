@@ -21,7 +21,8 @@
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
-# hlodecoder, hlosteps and hlodecode (backend/hlo), triton (bench/tritonprobe),
+# hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
+# cost an execution), triton (bench/tritonprobe),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -140,6 +141,25 @@ steps() {
       -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
     echo "rc=$?"; grep -E 'device loop|^prefill' "$OUT/steps-prefill-$label.log" | grep -v compiled
   done
+}
+
+freshinputs() {
+  # What new input buffers cost a prefill on ours (run AG: +8 ms at 512 and at 2048
+  # tokens, with one new input or four): the same inputs each run, new ones, new ones
+  # with the previous freed first (does the allocator then hand out the same addresses?),
+  # and new ones without XLA's command buffers (are its CUDA graphs updated for new
+  # addresses?); then batch-1 decoding, whose prefill inside the decoder took 12.5-16.4
+  # ms against 7.2 ms bare (runs AE, AG). ~200 s.
+  export GOMLX_BACKEND=$(backend_config bdxla-gemv)
+  local flags
+  for flags in "" "-prefill-fresh" "-prefill-fresh -prefill-free"; do
+    section "prefill $flags"
+    timeout 70 .gpu/bin/bench -only prefill $flags 2>&1 | grep '^prefill'
+  done
+  section "prefill -prefill-fresh, XLA_FLAGS=--xla_gpu_enable_command_buffer="
+  XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 70 .gpu/bin/bench -only prefill -prefill-fresh 2>&1 | grep '^prefill'
+  section "decoding at batch 1"
+  timeout 100 .gpu/bin/bench -only decode -batches 1 2>&1 | grep -E '^(fused|autoregressive) '
 }
 
 peer() {

@@ -176,18 +176,27 @@ func benchPrefill(m *model.Model) []row {
 }
 
 // benchPrefillOnce times the prefill of n tokens with m's PrefillAttention, naming it
-// in the row when named is set.
+// in the row when named is set, into -prefill-capacity slots and, with -prefill-inputs,
+// with its start, write length and logits' position given at run time.
 func benchPrefillOnce(m *model.Model, n int, named bool) row {
-	key := fmt.Sprintf("bench/prefill/%d/%s", n, m.PrefillAttention)
-	p, err := m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
+	slots := max(*prefillCap, n)
+	key := fmt.Sprintf("bench/prefill/%d/%s/%d/%t", n, m.PrefillAttention, slots, *prefillIn)
+	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}
+	if *prefillIn {
+		inputs = append(inputs, shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1, 1))
+	}
+	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
 		cache := &model.CacheNodes{}
 		for range m.Config.NumLayers {
-			cache.K = append(cache.K, Zeros(g, m.CacheShape(1, n)))
-			cache.V = append(cache.V, Zeros(g, m.CacheShape(1, n)))
+			cache.K = append(cache.K, Zeros(g, m.CacheShape(1, slots)))
+			cache.V = append(cache.V, Zeros(g, m.CacheShape(1, slots)))
 		}
 		win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
 			BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
+		if *prefillIn {
+			win.Start, win.WriteLen, win.LogitIndices = in[1], in[2], in[3]
+		}
 		logits, cache := m.Forward(w, win, cache, nil)
 		return append([]*Node{next(logits)}, cache.Nodes()...)
 	})
@@ -196,14 +205,33 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 	for i := range tokens {
 		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
 	}
-	in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
-	run := func() error { return runAndWait(p, in) }
+	in := []*tensors.Tensor{tensors.FromFlatDataAndDimensions(tokens, 1, n)}
+	if *prefillIn {
+		in = append(in, tensors.FromValue([]int32{0}), tensors.FromValue([]int32{int32(n)}), tensors.FromValue([][]int32{{int32(n - 1)}}))
+	}
+	run := func() error {
+		if *prefillFresh { // new tensors each time, as each Generate call has: uploaded again
+			for i, t := range in {
+				var err error
+				if in[i], err = tensors.FromAnyValue(t.Value()); err != nil {
+					return err
+				}
+				if *prefillFree {
+					t.FinalizeAll()
+				}
+			}
+		}
+		return runAndWait(p, in...)
+	}
 	check(run())
 	times, err := repeat(10, run)
 	check(err)
 	name := fmt.Sprintf("prefill %d tokens", n)
 	if named {
 		name += fmt.Sprintf(" (%s attention)", m.PrefillAttention)
+	}
+	if slots > n || *prefillIn || *prefillFresh {
+		name += fmt.Sprintf(" (%d slots, inputs %t, fresh %t)", slots, *prefillIn, *prefillFresh)
 	}
 	r := summarize(name, 1, times, 1)
 	r.TokPerS = float64(n) / (r.Median / 1e3)
