@@ -30,8 +30,9 @@ var cudaPluginRelPath = filepath.Join("jax_plugins", "xla_cuda13", "xla_cuda_plu
 
 // cudaBackend is the backend an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin runs on:
 // our own StableHLO backend (package backend/hlo), which took the time of go-xla's on
-// every step, prefill and decoding figure of the H200 and ran autoregressive decoding
-// at batch 1 7 % faster with its Triton GEMVs (BENCHMARKS.md, runs T, Y and Z).
+// every step, prefill and decoding figure of the H200 or less, ran autoregressive
+// decoding at batch 1 7 % faster with its Triton GEMVs, and passes the decoder's and
+// FP8's fixture tests (BENCHMARKS.md, runs T, Y, Z and AA-AE).
 const cudaBackend = "bdxla:"
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
