@@ -88,6 +88,9 @@ func main() {
 	if *loopExit != "count" && *loopExit != "data" {
 		log.Fatalf("-loop-exit %q: want count or data", *loopExit)
 	}
+	if *prefillFree && !*prefillFresh {
+		log.Fatal("-prefill-free frees the inputs -prefill-fresh replaces: give both")
+	}
 	b, choice, err := backend.New()
 	if err != nil {
 		log.Fatal(err)

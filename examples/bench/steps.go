@@ -217,7 +217,7 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 					return err
 				}
 				if *prefillFree {
-					t.FinalizeAll()
+					_ = t.FinalizeAll()
 				}
 			}
 		}
@@ -231,7 +231,7 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 		name += fmt.Sprintf(" (%s attention)", m.PrefillAttention)
 	}
 	if slots > n || *prefillIn || *prefillFresh {
-		name += fmt.Sprintf(" (%d slots, inputs %t, fresh %t)", slots, *prefillIn, *prefillFresh)
+		name += fmt.Sprintf(" (%d slots, inputs %t, fresh %t, free %t)", slots, *prefillIn, *prefillFresh, *prefillFree)
 	}
 	r := summarize(name, 1, times, 1)
 	r.TokPerS = float64(n) / (r.Median / 1e3)
