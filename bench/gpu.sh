@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh peer steps       the same-run comparison: the peer, then batch-1
-#                                      steps and prefill on XLA's backend and ours (~250 s)
+#                                      steps and prefill on XLA's backend and ours (~290 s)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the model fixtures (<= 270 s); hlodecoder: the
@@ -133,7 +133,9 @@ hlodecode() {
 steps() {
   # Batch-1 steps in a device loop of 20 and prefill (cuDNN attention) on XLA's backend
   # and ours with triton=gemv (the default on CUDA); after peer in the same call, the
-  # same-run comparison of BENCHMARKS.md (~110 s; with the peer ~250 s).
+  # same-run comparison of BENCHMARKS.md (~150 s; with the peer ~290 s). Our steps
+  # attend over their whole cache: 2048 slots, then 528, the peer's bucket for a
+  # context of 512 (its decode steps attend over roundup(context + commit, 16) slots).
   local label
   for label in xla bdxla-gemv; do
     section "steps and prefill on $label"
@@ -141,6 +143,9 @@ steps() {
       -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
     echo "rc=$?"; grep -E 'device loop|^prefill' "$OUT/steps-prefill-$label.log" | grep -v compiled
   done
+  section "steps on bdxla-gemv, a cache of 528 slots"
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar \
+    -iters 20 -capacity 528 2>&1 | grep 'device loop' | grep -v compiled
 }
 
 freshinputs() {
