@@ -17,7 +17,7 @@
 #   bash bench/gpu.sh compare profile  batch-1 steps against the peer on cuBLAS, FP8
 #                                      against bf16, kernel times, the FP8 loop's HLO (~220 s)
 #   bash bench/gpu.sh variants         the builds of VARIANTS="ref ..." bash bench/build-gpu.sh
-#                                      beside this one (~140 s, plus ~260 s per variant;
+#                                      beside this one (~200 s per build;
 #                                      VARIANTS="ref ..." bash bench/gpu.sh variants: some)
 #
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
@@ -27,7 +27,8 @@
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
-# bench/build-gpu.sh) and profile. A device call lasts at most 600 s, so the default
+# bench/build-gpu.sh), trace (in-graph kernel times, bench/cupti) and profile. A device
+# call lasts at most 600 s, so the default
 # stops at two.
 set -u
 cd "$(dirname "$0")/.."
@@ -251,27 +252,34 @@ tiling() {
 }
 
 variants() {
-  # The builds of other git refs (bench/build-gpu.sh with VARIANTS) against this one:
-  # the variants' correctness on XLA, then everyone's steps and decoding at batch 1
-  # and 64.
-  # VARIANTS="ref ..." here picks some of the builds (a device call fits two);
-  # VARIANT_TESTS=0 skips their tests (~150 s per variant instead of ~260 s, estimated).
-  export GOMLX_BACKEND=$XLA_BF16
-  local dirs=(.gpu/bin .gpu/bin/*/)
+  # This build against the builds of other git refs (bench/build-gpu.sh with VARIANTS;
+  # VARIANTS="ref ..." here picks some), on the default backend (bdxla-gemv): every
+  # build's model tests on it, then everyone's steps with caches of 528 and 2048 slots,
+  # the 528-slot steps again in a second round, and decoding at BATCHES (default 1)
+  # (~200 s per build).
+  export GOMLX_BACKEND=$(backend_config bdxla-gemv)
+  local dirs=(.gpu/bin .gpu/bin/*/) dir cap round
   if [ -n "${VARIANTS:-}" ]; then
     dirs=(.gpu/bin); for ref in $VARIANTS; do dirs+=(".gpu/bin/${ref//\//_}"); done
   fi
+  dirs=("${dirs[@]%/}")
   for dir in "${dirs[@]}"; do
-    dir=${dir%/}
-    section "variant ${dir#.gpu/bin}"
-    if [ "$dir" != .gpu/bin ] && [ "${VARIANT_TESTS:-1}" = 1 ]; then
-      GOMLX_BACKEND="$XLA_BF16,notf32" timeout 100 "$dir/model.test" \
-        -test.run 'TestCachedPath|TestFixtureLogits|TestFused' 2>&1 | tail -1
-      GOMLX_BACKEND="$XLA_BF16,notf32" timeout 150 "$dir/diffusion.test" \
-        -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle' 2>&1 | tail -1
-    fi
-    timeout 120 "$dir/bench" -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 | grep 'device loop'
-    timeout 200 "$dir/bench" -only decode -batches 1,64 2>&1 | grep -E '^(fused|autoregressive) .* (1|64) '
+    section "variant ${dir#.gpu/bin}: model tests"
+    GOMLX_BACKEND="$GOMLX_BACKEND,notf32" timeout 100 "$dir/model.test" \
+      -test.run 'TestCachedPath|TestFixtureLogits' 2>&1 | tail -1
+  done
+  for round in 1 2; do
+    for dir in "${dirs[@]}"; do
+      for cap in 528 2048; do
+        [ "$round" = 2 ] && [ "$cap" = 2048 ] && continue
+        section "variant ${dir#.gpu/bin}: steps, a cache of $cap slots (round $round)"
+        timeout 90 "$dir/bench" -only steps -steps denoise,fused,ar -iters 20 -capacity "$cap" 2>&1 | grep 'device loop'
+      done
+    done
+  done
+  for dir in "${dirs[@]}"; do
+    section "variant ${dir#.gpu/bin}: decoding at batch ${BATCHES:-1}"
+    timeout "${DECODE_TIMEOUT:-120}" "$dir/bench" -only decode -batches "${BATCHES:-1}" 2>&1 | grep -E '^(fused|autoregressive) '
   done
 }
 
@@ -302,6 +310,41 @@ compare() {
     -fp8-decoder bits 2>&1 | grep -E 'weights|device loop|one execution'
 }
 
+trace() {
+  # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
+  # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
+  # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
+  section "CUPTI traces: our steps and the peer's"
+  local inc lib d rec
+  for d in /usr/local/cuda/extras/CUPTI /usr/local/cuda "$site/nvidia/cu13" "$site/nvidia/cuda_cupti"; do
+    [ -z "${inc:-}" ] && [ -f "$d/include/cupti.h" ] && inc=$d/include
+    [ -z "${lib:-}" ] && lib=$(ls -d "$d"/lib64/libcupti.so* "$d"/lib/libcupti.so* 2>/dev/null | head -1)
+  done
+  lib=$(dirname "$lib")
+  newest() { grep -ho "CUpti_Activity$1[0-9]*\b" "$inc"/cupti_activity*.h | sort -V | tail -1; }
+  rec="-DKERNEL_RECORD=$(newest Kernel) -DMEMCPY_RECORD=$(newest Memcpy) -DMEMSET_RECORD=$(newest Memset)"
+  echo "cupti: include $inc, lib $lib, $rec"
+  gcc -shared -fPIC -O2 -I"$inc" $rec bench/cupti/trace.c -L"$lib" -lcupti -lpthread -Wl,-rpath,"$lib" \
+    -o /tmp/libtrace.so 2>"$OUT/trace-build.log" ||
+    gcc -shared -fPIC -O2 -I"$inc" -DKERNEL_RECORD=$(newest Kernel) -DNO_COPIES bench/cupti/trace.c -L"$lib" \
+      -lcupti -lpthread -Wl,-rpath,"$lib" -o /tmp/libtrace.so 2>>"$OUT/trace-build.log" || { tail -5 "$OUT/trace-build.log"; return; }
+  local step
+  for step in ar denoise; do
+    section "our $step step traced"
+    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
+      XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" timeout 90 .gpu/bin/bench -only steps -steps $step -iters 20 -capacity 528 2>&1 | grep 'device loop' | grep -v compiled
+    sleep 1
+    python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --top 22
+  done
+  section "the peer traced"
+  CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-peer.tsv" timeout 230 python3 bench/pytorch/peer.py \
+    --batch 1 --prefill 512 --gemv-tune --no-profile --out "$OUT/peer" >"$OUT/peer-trace.log" 2>&1
+  echo "peer: rc=$?"; grep -E 'ms|step' "$OUT/peer-trace.log" | tail -12
+  python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14
+  gzip -f "$OUT"/trace-*.tsv
+  find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
+  tar czf "$OUT/xla-traced.tgz" -C "$OUT" xla-ar xla-denoise && rm -rf "$OUT"/xla-ar "$OUT"/xla-denoise
+}
 profile() {
   # Per-kernel device times of two layers' denoise steps (ncu, isolated replays), and
   # whether XLA fuses the FP8 weight decoder into the GEMMs (HLO after optimisation).

@@ -676,6 +676,9 @@ def parse_args(argv=None):
     p.add_argument("--budget-s", type=float, default=200.0,
                    help="skip the remaining (lower-priority) steps once this many seconds "
                         "have passed; 0 = no limit")
+    p.add_argument("--no-profile", action="store_true",
+                   help="skip the torch profiler's kernel breakdowns (it takes CUPTI over, "
+                        "so they cannot run under bench/cupti's tracer)")
     p.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
@@ -2609,7 +2612,7 @@ class Runner:
         print(f"[step] {label}: median {stats['median_ms']:.3f} ms (p10 {stats['p10_ms']:.3f}, "
               f"p90 {stats['p90_ms']:.3f}); first call {t_first:.1f}s; "
               f"at {self.elapsed():.0f}s", flush=True)
-        if spec.batch == 1 and spec.kind in ("ar", "block"):
+        if spec.batch == 1 and spec.kind in ("ar", "block") and not self.args.no_profile:
             self.profile(fn, label)
         del st
 

@@ -1,0 +1,96 @@
+// A CUPTI injection library: loaded by the CUDA driver into any process started with
+// CUDA_INJECTION64_PATH set to it, it records every kernel, memcpy and memset the GPU
+// runs (graph replays included, with their graph and node ids) and appends one line
+// per record to $CUPTI_TRACE_OUT:
+//
+//   kind  start_ns  end_ns  graph_id  graph_node_id  stream  grid  block  name_or_bytes
+//
+// It exists because nsys is not on the GPU machine and ncu crashed on our process
+// (BENCHMARKS.md); bench/gpu.sh's trace section builds it there with the toolkit's
+// CUPTI headers. A thread flushes the records four times a second: Go programs end
+// with exit_group, so no exit handler would run. KERNEL_RECORD, MEMCPY_RECORD and
+// MEMSET_RECORD name the newest record versions of the installed headers; NO_COPIES
+// leaves copies and memsets out.
+#include <cupti.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static FILE *out;
+
+static void CUPTIAPI requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+  *size = 4 << 20;
+  *buffer = aligned_alloc(ACTIVITY_RECORD_ALIGNMENT, *size);
+  *max_records = 0;
+}
+
+static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                               size_t valid) {
+  CUpti_Activity *r = NULL;
+  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) {
+    switch (r->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      KERNEL_RECORD *k = (KERNEL_RECORD *)r;
+      fprintf(out, "K\t%llu\t%llu\t%u\t%llu\t%u\t%d,%d,%d\t%d,%d,%d\t%s\n",
+              (unsigned long long)k->start, (unsigned long long)k->end, k->graphId,
+              (unsigned long long)k->graphNodeId, k->streamId, k->gridX, k->gridY, k->gridZ,
+              k->blockX, k->blockY, k->blockZ, k->name);
+      break;
+    }
+#ifndef NO_COPIES
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      MEMCPY_RECORD *m = (MEMCPY_RECORD *)r;
+      fprintf(out, "C\t%llu\t%llu\t%u\t%llu\t%u\t-\t-\t%llu\n", (unsigned long long)m->start,
+              (unsigned long long)m->end, m->graphId, (unsigned long long)m->graphNodeId,
+              m->streamId, (unsigned long long)m->bytes);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      MEMSET_RECORD *m = (MEMSET_RECORD *)r;
+      fprintf(out, "S\t%llu\t%llu\t%u\t%llu\t%u\t-\t-\t%llu\n", (unsigned long long)m->start,
+              (unsigned long long)m->end, m->graphId, (unsigned long long)m->graphNodeId,
+              m->streamId, (unsigned long long)m->bytes);
+      break;
+    }
+#endif
+    default:
+      break;
+    }
+  }
+  fflush(out);
+  free(buffer);
+}
+
+// flusher hands CUPTI's partly filled buffers over four times a second.
+static void *flusher(void *arg) {
+  for (;;) {
+    usleep(250000);
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  }
+  return arg;
+}
+
+int InitializeInjection(void) {
+  const char *path = getenv("CUPTI_TRACE_OUT");
+  out = fopen(path ? path : "cupti-trace.tsv", "a");
+  if (out == NULL) {
+    perror("cupti trace");
+    return 0;
+  }
+  if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+#ifndef NO_COPIES
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS ||
+#endif
+      0) {
+    fprintf(stderr, "cupti trace: could not enable activity records\n");
+    return 0;
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, flusher, NULL);
+  pthread_detach(t);
+  return 1;
+}
