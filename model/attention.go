@@ -242,7 +242,7 @@ func placeWindow(cache, x, start, n *Node) *Node {
 	dims := cache.Shape().Dimensions
 	b, kvHeads, s, d := dims[0], dims[1], dims[2], dims[3]
 	offset := Sub(Iota(g, shapes.Make(dtypes.Int32, 1, s), 1), InsertAxes(start, -1)) // [b, s]: slot − Start
-	rows := TransposeAllAxes(x, 0, 2, 1, 3)                                             // [b, kvHeads, w, d]
+	rows := TransposeAllAxes(x, 0, 2, 1, 3)                                           // [b, kvHeads, w, d]
 	out := cache
 	for i := range x.Shape().Dimensions[1] {
 		at := Equal(offset, Const(g, int32(i)))
