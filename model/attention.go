@@ -93,10 +93,10 @@ func (r rotary) apply(x *Node) *Node {
 type masks struct {
 	window *Node // [b, 1, w, 1, w] bool: query (axis 2) sees window key (axis 4)
 	cache  *Node // [b, 1, 1, 1, s] bool: cache slot visible; nil without a cache
-	// slots, when not nil, is the visibility [b, 1, w, 1, s] of a copy of the cache
-	// that holds the window in its own slots (see [copiesCache]), which attention then
-	// reads instead of the cache and the window apart.
-	slots *Node
+	// ownSlot, when not nil, is the visibility [b, 1, 1, 1, s] of the cache with a
+	// one-token window's key in its own slot (see [inOwnSlot]): the cache's visible
+	// slots and Start.
+	ownSlot *Node
 	// fused, when not nil, asks attention for the backend's fused op (a window that
 	// reads no cache, see [PrefillAttention]).
 	fused *fusedMasks
@@ -151,10 +151,11 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes) masks {
 		s := cache.K[0].Shape().Dimensions[2]
 		slots := Iota(g, shapes.Make(dtypes.Int32, 1, s), 1)
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
-		m.cache = Reshape(m.cache, m.cache.Shape().Dimensions[0], 1, 1, 1, s)
-		if copiesCache(cache.K[0].Shape()) {
-			m.slots = slotMask(m.cache, win, pos)
+		if inOwnSlot(cache.K[0].Shape(), pos.Shape().Dimensions[1]) {
+			m.ownSlot = LogicalOr(m.cache, Equal(slots, InsertAxes(win.Start, -1)))
+			m.ownSlot = Reshape(m.ownSlot, m.ownSlot.Shape().Dimensions[0], 1, 1, 1, s)
 		}
+		m.cache = Reshape(m.cache, m.cache.Shape().Dimensions[0], 1, 1, 1, s)
 	}
 	return m
 }
@@ -180,13 +181,12 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	q := Reshape(qHeads, b, w, kvHeads, group, d)
 	k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
 
-	inSlots := mask.slots != nil // set for windows that read the cache only
 	var newCache *layerKV
 	switch {
-	case inSlots && win.WriteLen != nil:
-		// Written by selection, as the keys attended below: XLA computes both in one
-		// kernel that updates the cache in place.
-		newCache = &layerKV{k: placeWindow(cache.k, k, win.Start, win.WriteLen), v: placeWindow(cache.v, v, win.Start, win.WriteLen)}
+	case mask.ownSlot != nil && win.WriteLen != nil:
+		// Written by selection, as the keys attended below are placed: XLA computes
+		// both in one kernel that updates the cache in place.
+		newCache = &layerKV{k: placeToken(cache.k, k, win.Start, win.WriteLen), v: placeToken(cache.v, v, win.Start, win.WriteLen)}
 	case cache != nil:
 		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
 	}
@@ -204,20 +204,31 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		return MulScalar(s, scale)
 	}
 	negInf := Infinity(qkv.Graph(), dtypes.Float32, -1)
+	readsCache := cache != nil && mask.cache != nil
 	var out *Node
-	if inSlots {
+	if mask.ownSlot != nil {
 		// One score and one value product over a copy of the cache [b, kvHeads, s, d]
-		// that holds the window's keys and values in their own slots, [Start,
-		// Start+w): no concatenation, and as many keys as slots.
-		keys := placeWindow(cache.k, k, win.Start, nil)
-		values := placeWindow(cache.v, v, win.Start, nil)
+		// that holds the token's key and value in its own slot, Start.
+		keys := placeToken(cache.k, k, win.Start, nil)
+		values := placeToken(cache.v, v, win.Start, nil)
 		all := scores(keys, []int{0, 1})
-		probs := Softmax(Where(BroadcastToShape(mask.slots, all.Shape()), all, negInf), -1)
+		probs := Softmax(Where(BroadcastToShape(mask.ownSlot, all.Shape()), all, negInf), -1)
+		out = weighted(ConvertDType(probs, v.DType()), values, 2, []int{0, 1})
+	} else if readsCache && concatenates(cache.k.Shape(), w) {
+		// One score and one value product over the cache slots and the window: the
+		// window's keys and values join the cache's [b, kvHeads, s+w, d], the cache mask
+		// [b, 1, 1, 1, s] the window mask [b, 1, w, 1, w].
+		s := cache.k.Shape().Dimensions[2]
+		keys := Concatenate([]*Node{cache.k, TransposeAllAxes(k, 0, 2, 1, 3)}, 2)
+		values := Concatenate([]*Node{cache.v, TransposeAllAxes(v, 0, 2, 1, 3)}, 2)
+		visible := Concatenate([]*Node{BroadcastToDims(mask.cache, b, 1, w, 1, s), mask.window}, -1)
+		all := scores(keys, []int{0, 1})
+		probs := Softmax(Where(BroadcastToShape(visible, all.Shape()), all, negInf), -1)
 		out = weighted(ConvertDType(probs, v.DType()), values, 2, []int{0, 1})
 	} else {
 		winScores := scores(k, []int{0, 2})
 		winScores = Where(BroadcastToShape(mask.window, winScores.Shape()), winScores, negInf)
-		if cache != nil && mask.cache != nil {
+		if readsCache {
 			cacheScores := scores(cache.k, []int{0, 1})
 			cacheScores = Where(BroadcastToShape(mask.cache, cacheScores.Shape()), cacheScores, negInf)
 			s := cache.k.Shape().Dimensions[2]
@@ -233,61 +244,51 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
 }
 
-// placeWindow returns the cache [b, kvHeads, s, d] with the window's keys (or values)
-// x [b, w, kvHeads, d] in slots Start+i: every i < w when n is nil, else i < n [b].
-// It is one select per window position, which XLA fuses into a single elementwise
-// kernel over the cache (in place where the result replaces the cache).
-func placeWindow(cache, x, start, n *Node) *Node {
+// inOwnSlot reports whether a window of w positions over the cache [b, kvHeads, s, d]
+// attends over a copy of it that holds the window's key and value in their own slot,
+// Start (see [placeToken]), rather than over the cache and the window concatenated:
+// for one-token windows where the cache is small enough to copy (see
+// [concatenates]). That needs no concatenation, no scatter to write the cache, and
+// no pads where s is a multiple of XLA's tiles: one kernel where the concatenated
+// path runs five. Run AP in BENCHMARKS.md measured it on an H200: the AR step 4-13 %
+// faster; for windows of 4 and 8 positions (a select per position) it lost 1-9 %.
+// The window's slot must then lie in the cache, past CacheLen (see [Window]).
+func inOwnSlot(cache shapes.Shape, w int) bool {
+	return w == 1 && concatenates(cache, w)
+}
+
+// placeToken returns the cache [b, kvHeads, s, d] with a one-token window's key (or
+// value) x [b, 1, kvHeads, d] in slot Start [b], where n [b] is positive or nil. It is
+// a select over the cache, which XLA fuses into one elementwise kernel, in place where
+// the result replaces the cache.
+func placeToken(cache, x, start, n *Node) *Node {
 	g := x.Graph()
 	dims := cache.Shape().Dimensions
 	b, kvHeads, s, d := dims[0], dims[1], dims[2], dims[3]
-	offset := Sub(Iota(g, shapes.Make(dtypes.Int32, 1, s), 1), InsertAxes(start, -1)) // [b, s]: slot − Start
-	rows := TransposeAllAxes(x, 0, 2, 1, 3)                                           // [b, kvHeads, w, d]
-	out := cache
-	for i := range x.Shape().Dimensions[1] {
-		at := Equal(offset, Const(g, int32(i)))
-		if n != nil {
-			at = LogicalAnd(at, GreaterThan(InsertAxes(n, -1), Const(g, int32(i))))
-		}
-		at = BroadcastToDims(Reshape(at, b, 1, s, 1), b, kvHeads, s, d)
-		out = Where(at, BroadcastToDims(SliceAxis(rows, 2, AxisElem(i)), b, kvHeads, s, d), out)
+	at := Equal(Iota(g, shapes.Make(dtypes.Int32, 1, s), 1), InsertAxes(start, -1)) // [b, s]
+	if n != nil {
+		at = LogicalAnd(at, GreaterThan(InsertAxes(n, -1), Const(g, int32(0))))
 	}
-	return out
+	at = BroadcastToDims(Reshape(at, b, 1, s, 1), b, kvHeads, s, d)
+	return Where(at, BroadcastToDims(TransposeAllAxes(x, 0, 2, 1, 3), b, kvHeads, s, d), cache)
 }
 
-// slotMask is the visibility [b, 1, w, 1, s] of a cache holding the window in its own
-// slots (see [placeWindow]) to the window's queries at positions pos [b, w]: the
-// visible cache slots (cache [b, 1, 1, 1, s]), and the window's slots [Start, Start+w)
-// under the block-causal rule (a slot's index is its position).
-func slotMask(cache *Node, win Window, pos *Node) *Node {
-	g := pos.Graph()
-	b, w, s := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1], cache.Shape().Dimensions[4]
-	slot := Iota(g, shapes.Make(dtypes.Int32, 1, 1, s), 2)
-	offset := Sub(slot, Reshape(win.Start, b, 1, 1)) // [b, 1, s]
-	inWindow := LogicalAnd(GreaterOrEqual(offset, Const(g, int32(0))), LessThan(offset, Const(g, int32(w))))
-	block := func(p *Node) *Node { return Div(p, Const(g, int32(win.BlockSize))) } // non-negative: floor
-	seen := LessOrEqual(block(slot), InsertAxes(block(pos), -1))                   // [b, w, s]
-	visible := LogicalOr(Reshape(cache, b, 1, s), LogicalAnd(inWindow, seen))
-	return Reshape(visible, b, 1, w, 1, s)
-}
-
-// copyMaxBytes bounds the keys and values that a window reading the cache copies to
-// attend over one tensor each (see [copiesCache]). One score and one value product save
-// two products and the scores' concatenation, about 2 µs per layer (run E in
-// BENCHMARKS.md: batch-1 steps 4-5 % faster on an H200 with 512 cache slots), but copy
-// the layer's cache every step. 4 MiB, read and written in about 2 µs at the H200's
-// bandwidth, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2
+// concatMaxBytes bounds the keys and values that a window reading the cache copies to
+// attend over cache and window concatenated (see [concatenates]). Concatenating saves a
+// score and a value product and the scores' concatenation, about 2 µs per layer (run E
+// in BENCHMARKS.md: batch-1 steps 4-5 % faster on an H200 with 512 cache slots), but
+// copies the layer's cache every step. 4 MiB, read and written in about 2 µs at the
+// H200's bandwidth, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2
 // key/value heads of 128 in bfloat16: 2.1 MB); larger batches and caches keep two
 // products. The bound is that estimate, not a measurement.
-const copyMaxBytes = 4 << 20
+const concatMaxBytes = 4 << 20
 
-// copiesCache reports whether a window attends over a copy of its layer's cache [b, kvHeads, s, d] that holds the window's keys and values in their
-// own slots (see [placeWindow]): whether the copied keys and values, 2·b·kvHeads·s·d
-// elements, take at most copyMaxBytes. The window's slots [Start, Start+w) must then
-// lie in the cache, past CacheLen (see [Window]).
-func copiesCache(cache shapes.Shape) bool {
+// concatenates reports whether a window of w positions attends over its layer's cache
+// [b, kvHeads, s, d] and its own keys and values concatenated: whether the keys and
+// values so copied, 2·b·kvHeads·(s+w)·d elements, take at most concatMaxBytes.
+func concatenates(cache shapes.Shape, w int) bool {
 	dims := cache.Dimensions
-	return cache.DType.SizeForDimensions(2, dims[0], dims[1], dims[2], dims[3]) <= copyMaxBytes
+	return cache.DType.SizeForDimensions(2, dims[0], dims[1], dims[2]+w, dims[3]) <= concatMaxBytes
 }
 
 // fusedAttention runs block-causal attention of a window on its own keys through the

@@ -51,13 +51,14 @@ func TestCachedPathMatchesFullForward(t *testing.T) {
 	}
 }
 
-// Windows attend over a copy of their cache that holds their own keys and values while
-// the copy is small, with two products beyond (see [copiesCache]): both give the full
+// Windows attend over their cache's and their own keys and values concatenated while
+// the copy is small (one-token windows over a copy of the cache holding their own, see
+// [inOwnSlot]), with two products beyond (see [concatenates]): all give the full
 // forward's logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096
-// slots takes copyMaxBytes; 4104 are past it.
-func TestCachedPathCopiedAndTwoProducts(t *testing.T) {
+// slots is past concatMaxBytes for any window.
+func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 	cfg := prefillConfig()
-	cfg.MaxPositionEmbeddings = 4104
+	cfg.MaxPositionEmbeddings = 4096
 	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, 3)
 	require.NoError(t, err)
 	defer m.Close()
@@ -65,11 +66,15 @@ func TestCachedPathCopiedAndTwoProducts(t *testing.T) {
 	seq := testSequence(14, m.Config.VocabSize)
 	for _, c := range []struct {
 		capacity int
-		copies   bool
-	}{{32, true}, {4096, true}, {4104, false}} {
+		concat   bool
+	}{{32, true}, {4096, false}} {
 		t.Run(fmt.Sprintf("capacity%d", c.capacity), func(t *testing.T) {
-			require.Equal(t, c.copies, copiesCache(m.CacheShape(1, c.capacity)))
+			for w := 1; w <= 2*block; w++ { // the widest window is the 2-block prefill
+				require.Equal(t, c.concat, concatenates(m.CacheShape(1, c.capacity), w), "window of %d", w)
+				require.Equal(t, c.concat && w == 1, inOwnSlot(m.CacheShape(1, c.capacity), w), "window of %d", w)
+			}
 			requireCachedMatchesFull(t, m, seq, 2*block+1, c.capacity, block)
+			requireCachedMatchesFull(t, m, seq, 3, c.capacity, 1) // one-token windows
 		})
 	}
 }

@@ -13,8 +13,8 @@ type Window struct {
 	Tokens *Node
 	// Start [b] int32: the position of Tokens[:, 0]. Position p's keys and values
 	// belong in cache slot p: a window that reads the cache must lie within it, its
-	// slots [Start, Start+w) at or past CacheLen (windows over a small cache attend
-	// over a copy of it that holds their own keys in those slots).
+	// slots [Start, Start+w) at or past CacheLen (a one-token window over a small
+	// cache attends over a copy of it that holds its key in slot Start).
 	Start *Node
 	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
 	// to. Nil when the cache is not read (a prefill into an empty cache).
