@@ -207,3 +207,12 @@ const minUnpaddedBatch = 64
 func AsksForFusedAttention(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
+
+// FusesElementwise reports whether b fuses chains of elementwise operations into
+// kernels, so that selecting a few rows into a copy of a tensor costs one pass over
+// it: yes on XLA's backend and ours ("bdxla"); no on the Go backend, which
+// materialises every operation's result (BENCHMARKS.md, CPU: one-token steps placing
+// their key into a copy of the cache took 74 ms there against 26 ms concatenating).
+func FusesElementwise(b compute.Backend) bool {
+	return b.String() != gobackend.BackendName
+}

@@ -137,8 +137,9 @@ func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
 }
 
 // attentionMask builds the block-causal mask within the window and the length mask of
-// the cache. Cache slots are earlier blocks, so all valid ones are visible.
-func attentionMask(win Window, pos *Node, cache *CacheNodes) masks {
+// the cache. Cache slots are earlier blocks, so all valid ones are visible. fuses is
+// whether the backend fuses elementwise work (see [inOwnSlot]).
+func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 	g := pos.Graph()
 	block := DivScalar(pos, float64(win.BlockSize)) // positions are non-negative: truncation is floor
 	if win.BlockSize == 1 {
@@ -151,7 +152,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes) masks {
 		s := cache.K[0].Shape().Dimensions[2]
 		slots := Iota(g, shapes.Make(dtypes.Int32, 1, s), 1)
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
-		if inOwnSlot(cache.K[0].Shape(), pos.Shape().Dimensions[1]) {
+		if fuses && inOwnSlot(cache.K[0].Shape(), pos.Shape().Dimensions[1]) {
 			m.ownSlot = LogicalOr(m.cache, Equal(slots, InsertAxes(win.Start, -1)))
 			m.ownSlot = Reshape(m.ownSlot, m.ownSlot.Shape().Dimensions[0], 1, 1, 1, s)
 		}
@@ -252,6 +253,8 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 // no pads where s is a multiple of XLA's tiles: one kernel where the concatenated
 // path runs five. Run AP in BENCHMARKS.md measured it on an H200: the AR step 4-13 %
 // faster; for windows of 4 and 8 positions (a select per position) it lost 1-9 %.
+// It takes a backend that fuses the select (backend.FusesElementwise): the Go backend
+// materialises the copy's broadcast operands, and the step got 2.8x slower there.
 // The window's slot must then lie in the cache, past CacheLen (see [Window]).
 func inOwnSlot(cache shapes.Shape, w int) bool {
 	return w == 1 && concatenates(cache, w)

@@ -52,9 +52,9 @@ func TestCachedPathMatchesFullForward(t *testing.T) {
 }
 
 // Windows attend over their cache's and their own keys and values concatenated while
-// the copy is small (one-token windows over a copy of the cache holding their own, see
-// [inOwnSlot]), with two products beyond (see [concatenates]): all give the full
-// forward's logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096
+// the copy is small (one-token windows, on backends that fuse elementwise work, over a
+// copy of the cache holding their own: see [inOwnSlot]), with two products beyond (see
+// [concatenates]): all give the full forward's logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096
 // slots is past concatMaxBytes for any window.
 func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 	cfg := prefillConfig()
@@ -77,6 +77,18 @@ func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 			requireCachedMatchesFull(t, m, seq, 3, c.capacity, 1) // one-token windows
 		})
 	}
+}
+
+// One-token windows over a small cache attend over a copy of it holding their own key
+// (see [inOwnSlot]) on backends that fuse elementwise work; forced here on any backend
+// (a fresh model: programs are cached per model), they give the full forward's logits.
+func TestCachedPathOwnSlot(t *testing.T) {
+	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
+	require.NoError(t, err)
+	defer m.Close()
+	m.ownSlotAnywhere = true
+	require.True(t, inOwnSlot(m.CacheShape(1, 32), 1))
+	requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, 32, 1)
 }
 
 // testSequence is n token ids spread over the vocabulary.

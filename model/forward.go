@@ -4,6 +4,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+
+	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Window is the input of one forward pass: for each row of the batch, w consecutive
@@ -50,7 +52,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache)
+	mask := attentionMask(win, pos, cache, m.ownSlotAnywhere || backend.FusesElementwise(m.backend))
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
 		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
 	}

@@ -168,7 +168,7 @@ func TestFusedBiasIsTheBlockCausalMask(t *testing.T) {
 	out, err := ExecOnce(testutil.Backend(t), func(scores *Node) *Node {
 		g := scores.Graph()
 		pos := positions(Const(g, []int32{0, 3}), w)
-		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil).window, false)
+		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false)
 		withBias := Softmax(Add(scores, f.additiveBias(heads, dtypes.Float32)), -1)
 		mask := BroadcastToShape(InsertAxes(f.mask, 1), scores.Shape())
 		withMask := Softmax(Where(mask, scores, Infinity(g, dtypes.Float32, -1)), -1)

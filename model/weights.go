@@ -35,6 +35,11 @@ type Model struct {
 	// ropeInvFreq are the rotary inverse frequencies [headDim/2], float32.
 	ropeInvFreq *tensors.Tensor
 
+	// ownSlotAnywhere lets one-token windows take their own slot (see [inOwnSlot]) on
+	// backends that do not fuse elementwise work too, so that the Go backend's tests
+	// cover that path.
+	ownSlotAnywhere bool
+
 	programs programCache
 }
 
