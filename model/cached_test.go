@@ -54,8 +54,8 @@ func TestCachedPathMatchesFullForward(t *testing.T) {
 // Windows attend over their cache's and their own keys and values concatenated while
 // the copy is small (one-token windows, on backends that fuse elementwise work, over a
 // copy of the cache holding their own: see [inOwnSlot]), with two products beyond (see
-// [concatenates]): all give the full forward's logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096
-// slots is past concatMaxBytes for any window.
+// [concatenates]): all give the full forward's logits. With 2 key/value heads of 64 in
+// float32, a one-row cache of 4096 slots is past concatMaxBytes for any window.
 func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 4096
