@@ -28,8 +28,7 @@
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
 # bench/build-gpu.sh), trace (in-graph kernel times, bench/cupti) and profile. A device
-# call lasts at most 600 s, so the default
-# stops at two.
+# call lasts at most 600 s, so the default stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -256,7 +255,7 @@ variants() {
   # VARIANTS="ref ..." here picks some), on the default backend (bdxla-gemv): every
   # build's model tests on it, then everyone's steps with caches of 528 and 2048 slots,
   # the 528-slot steps again in a second round, and decoding at BATCHES (default 1)
-  # (~200 s per build).
+  # (~200 s per build). Runs I-M ran it as it was at their commits, on XLA's backend.
   export GOMLX_BACKEND=$(backend_config bdxla-gemv)
   local dirs=(.gpu/bin .gpu/bin/*/) dir cap round
   if [ -n "${VARIANTS:-}" ]; then
