@@ -313,7 +313,8 @@ trace() {
   # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
   # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
   # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
-  # TRACE_STEPS="ar" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps, cache, no peer.
+  # TRACE_STEPS="ar fused prefill" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps (the
+  # bench's 512- and 2048-token prefills too), cache, no peer.
   section "CUPTI traces: our steps and the peer's"
   local inc lib d rec
   for d in /usr/local/cuda/extras/CUPTI /usr/local/cuda "$site/nvidia/cu13" "$site/nvidia/cuda_cupti"; do
@@ -328,20 +329,25 @@ trace() {
     -o /tmp/libtrace.so 2>"$OUT/trace-build.log" ||
     gcc -shared -fPIC -O2 -I"$inc" -DKERNEL_RECORD=$(newest Kernel) -DNO_COPIES bench/cupti/trace.c -L"$lib" \
       -lcupti -lpthread -Wl,-rpath,"$lib" -o /tmp/libtrace.so 2>>"$OUT/trace-build.log" || { tail -5 "$OUT/trace-build.log"; return; }
-  local step
+  local step what
   for step in ${TRACE_STEPS:-ar denoise}; do
     section "our $step step traced"
+    what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}")
+    [ "$step" = prefill ] && what=(-only prefill)
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
-      XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*loop.*" timeout 90 .gpu/bin/bench -only steps -steps $step -iters 20 -capacity "${TRACE_CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
+      XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill).*" \
+      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|^prefill' | grep -v compiled
     sleep 1
-    python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --top 22
+    python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
+      --layer "$([ "$step" = ar ] && echo input_add_reduce_fusion || echo input_multiply_reduce_fusion)" \
+      --layer-kernels "$([ "$step" = ar ] && echo 1 || echo 2)"
   done
   if [ "${TRACE_PEER:-1}" = 1 ]; then
     section "the peer traced"
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-peer.tsv" timeout 230 python3 bench/pytorch/peer.py \
       --batch 1 --prefill 512 --gemv-tune --no-profile --out "$OUT/peer" >"$OUT/peer-trace.log" 2>&1
     echo "peer: rc=$?"; grep -E 'ms|step' "$OUT/peer-trace.log" | tail -12
-    python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14
+    python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14 --layer gemv_rmsnorm
   fi
   gzip -f "$OUT"/trace-*.tsv
   find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete

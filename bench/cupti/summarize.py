@@ -3,6 +3,12 @@
 its kernels keep the GPU busy, and the kernels grouped by name, as a short table.
 
     python3 summarize.py TRACE [--min-kernels 50] [--min-launches 10] [--top 18]
+                               [--layer KERNEL [--layer-kernels N]]
+
+--layer also lists one layer of each graph in launch order: the kernels from the middle
+occurrence of the kernel class KERNEL (e.g. input_add_reduce_fusion) to the next, or to
+the N-th next with --layer-kernels N; "slot" is the time from a kernel's start to the
+next one's, which adds up to the layer's time even where kernels overlap (PDL).
 """
 import argparse
 import collections
@@ -34,6 +40,8 @@ def main():
     p.add_argument("--min-kernels", type=int, default=50)
     p.add_argument("--min-launches", type=int, default=10)
     p.add_argument("--top", type=int, default=18)
+    p.add_argument("--layer", default=None)
+    p.add_argument("--layer-kernels", type=int, default=1)
     a = p.parse_args()
     graphs = collections.defaultdict(list)  # graph id -> [(start, end, node, class)]
     for line in open(a.trace, errors="replace"):
@@ -80,6 +88,31 @@ def main():
             t = sum(statistics.median(ts) for _, ts in rest)
             n = sum(counts[c] for c, _ in rest)
             print(f"  {'(' + str(len(rest)) + ' more classes)':70s} {n:10d} {t / 1e3:9.1f} {t / 1e3 / max(n, 1):8.2f} {t / span:7.1%}")
+        if a.layer:
+            print_layer(full, a.layer, a.layer_kernels)
+
+
+def print_layer(launches, opener: str, count: int):
+    """Prints the kernels of one layer with their median duration and slot."""
+    order = launches[0]  # every launch runs the nodes in the same order
+    dur, slot = collections.defaultdict(list), collections.defaultdict(list)
+    for l in launches:
+        for r, nxt in zip(l, l[1:]):
+            dur[r[2]].append(r[1] - r[0])
+            slot[r[2]].append(nxt[0] - r[0])
+    starts = [i for i, r in enumerate(order) if r[3].startswith(opener)]
+    if len(starts) <= count:
+        print(f"  (no layer: {len(starts)} kernels named {opener}*)")
+        return
+    first = starts[len(starts) // 2]
+    last = starts[min(len(starts) // 2 + count, len(starts) - 1)]
+    print(f"  one layer, {opener}* to the next{'' if count == 1 else f' {count}'}:")
+    total = 0
+    for r in order[first:last]:
+        s = statistics.median(slot[r[2]])
+        total += s
+        print(f"    {r[3][:60]:60s} dur {statistics.median(dur[r[2]]) / 1e3:6.2f} us  slot {s / 1e3:6.2f} us")
+    print(f"    {'layer':60s} {'':17s} {total / 1e3:6.2f} us")
 
 
 if __name__ == "__main__":
