@@ -25,6 +25,15 @@ static void CUPTIAPI requested(uint8_t **buffer, size_t *size, size_t *max_recor
   *max_records = 0;
 }
 
+#ifndef NO_COPIES
+// print_transfer writes one line for a memcpy (kind 'C') or memset ('S') record.
+static void print_transfer(char kind, uint64_t start, uint64_t end, uint32_t graph, uint64_t node,
+                           uint32_t stream, uint64_t bytes) {
+  fprintf(out, "%c\t%llu\t%llu\t%u\t%llu\t%u\t-\t-\t%llu\n", kind, (unsigned long long)start,
+          (unsigned long long)end, graph, (unsigned long long)node, stream, (unsigned long long)bytes);
+}
+#endif
+
 static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
                                size_t valid) {
   CUpti_Activity *r = NULL;
@@ -42,16 +51,12 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
 #ifndef NO_COPIES
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       MEMCPY_RECORD *m = (MEMCPY_RECORD *)r;
-      fprintf(out, "C\t%llu\t%llu\t%u\t%llu\t%u\t-\t-\t%llu\n", (unsigned long long)m->start,
-              (unsigned long long)m->end, m->graphId, (unsigned long long)m->graphNodeId,
-              m->streamId, (unsigned long long)m->bytes);
+      print_transfer('C', m->start, m->end, m->graphId, m->graphNodeId, m->streamId, m->bytes);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       MEMSET_RECORD *m = (MEMSET_RECORD *)r;
-      fprintf(out, "S\t%llu\t%llu\t%u\t%llu\t%u\t-\t-\t%llu\n", (unsigned long long)m->start,
-              (unsigned long long)m->end, m->graphId, (unsigned long long)m->graphNodeId,
-              m->streamId, (unsigned long long)m->bytes);
+      print_transfer('S', m->start, m->end, m->graphId, m->graphNodeId, m->streamId, m->bytes);
       break;
     }
 #endif
