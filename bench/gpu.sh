@@ -118,7 +118,7 @@ hlosteps() {
 
 hlodecode() {
   # Prefill (cuDNN's attention and plain) and decoding on XLA's backend and on ours with
-  # triton=gemv (whose 1-row AR steps are not padded: hlo.Backend.MinWindow), at the
+  # triton=gemv (whose 1-row AR steps are not padded at batch 1: backend.MinWindow), at the
   # batch sizes of BATCHES (default 1; each size adds ~60-100 s per backend).
   # ONLY="decode" skips the prefill; LABELS="bdxla-gemv" times one backend.
   local label
@@ -325,22 +325,26 @@ trace() {
   newest() { grep -ho "CUpti_Activity$1[0-9]*\b" "$inc"/cupti_activity*.h | sort -V | tail -1; }
   rec="-DKERNEL_RECORD=$(newest Kernel) -DMEMCPY_RECORD=$(newest Memcpy) -DMEMSET_RECORD=$(newest Memset)"
   echo "cupti: include $inc, lib $lib, $rec"
-  gcc -shared -fPIC -O2 -I"$inc" $rec bench/cupti/trace.c -L"$lib" -lcupti -lpthread -Wl,-rpath,"$lib" \
-    -o /tmp/libtrace.so 2>"$OUT/trace-build.log" ||
-    gcc -shared -fPIC -O2 -I"$inc" -DKERNEL_RECORD=$(newest Kernel) -DNO_COPIES bench/cupti/trace.c -L"$lib" \
-      -lcupti -lpthread -Wl,-rpath,"$lib" -o /tmp/libtrace.so 2>>"$OUT/trace-build.log" || { tail -5 "$OUT/trace-build.log"; return; }
-  local step what
+  build() { # build FLAGS...: the library with these record flags, or without copies
+    gcc -shared -fPIC -O2 -I"$inc" "$@" bench/cupti/trace.c -L"$lib" -lcupti -lpthread -Wl,-rpath,"$lib" \
+      -o /tmp/libtrace.so 2>>"$OUT/trace-build.log"
+  }
+  build $rec || build "-DKERNEL_RECORD=$(newest Kernel)" -DNO_COPIES || { tail -5 "$OUT/trace-build.log"; return; }
+  local step what opener per
   for step in ${TRACE_STEPS:-ar denoise}; do
     section "our $step step traced"
     what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}")
     [ "$step" = prefill ] && what=(-only prefill)
+    # A layer opens with its first norm: a fusion of its own kind in the AR step; of the
+    # MLP norm's kind elsewhere, so there a layer spans two of them.
+    opener=input_multiply_reduce_fusion per=2
+    [ "$step" = ar ] && opener=input_add_reduce_fusion per=1
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill).*" \
       timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|^prefill' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
-      --layer "$([ "$step" = ar ] && echo input_add_reduce_fusion || echo input_multiply_reduce_fusion)" \
-      --layer-kernels "$([ "$step" = ar ] && echo 1 || echo 2)"
+      --layer "$opener" --layer-kernels "$per"
   done
   if [ "${TRACE_PEER:-1}" = 1 ]; then
     section "the peer traced"
