@@ -435,10 +435,10 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 // computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
-// the backend turns into a bias broadcast over the heads) or a causal mask. The tolerance, 1e-2 absolute
-// on outputs within [-1, 1], covers bf16's rounding of the output and of the
-// probabilities before their product with the values (2⁻⁸ each); a dropped bias, or
-// heads grouped the other way, differ by ~0.1 or more.
+// the backend turns into a bias broadcast over the heads) or a causal mask. The
+// tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's rounding of the
+// output and of the probabilities before their product with the values (2⁻⁸ each); a
+// dropped bias, or heads grouped the other way, differ by ~0.1 or more.
 func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 	onPlugin, onGo := backends(t)
 	rng := rand.New(rand.NewPCG(5, 6))
