@@ -3,7 +3,14 @@
 its kernels keep the GPU busy, and the kernels grouped by name, as a short table.
 
     python3 summarize.py TRACE [--min-kernels 50] [--min-launches 10] [--top 18]
-                               [--layer KERNEL [--layer-kernels N]]
+                               [--layer KERNEL [--layer-kernels N]] [--bursts US]
+
+--bursts groups the kernels by time instead, for work that is not one CUDA graph (a
+prefill, whose custom calls stay outside XLA's command buffers): a burst is a run of
+kernels with no idle gap longer than US microseconds, and bursts with the same number of
+kernels count as launches of one graph. If the trace has host calls (CUPTI_TRACE_API),
+each group of bursts also lists the host's CUDA calls from the end of the previous burst
+to the end of each one: what the host did before and while the GPU ran it.
 
 --layer also lists one layer of each graph in launch order: the kernels from the middle
 occurrence of the kernel class KERNEL (e.g. input_add_reduce_fusion) to the next, or to
@@ -11,6 +18,7 @@ the N-th next with --layer-kernels N; "slot" is the time from a kernel's start t
 next one's, which adds up to the layer's time even where kernels overlap (PDL).
 """
 import argparse
+import bisect
 import collections
 import re
 import statistics
@@ -42,14 +50,23 @@ def main():
     p.add_argument("--top", type=int, default=18)
     p.add_argument("--layer", default=None)
     p.add_argument("--layer-kernels", type=int, default=1)
+    p.add_argument("--bursts", type=float, default=None)
     a = p.parse_args()
     graphs = collections.defaultdict(list)  # graph id -> [(start, end, node, class)]
+    records, calls = [], []  # calls: (start, end, name) of the host's CUDA calls
     for line in open(a.trace, errors="replace"):
         f = line.rstrip("\n").split("\t")
-        if len(f) < 9 or f[3] == "0":
+        if len(f) >= 9 and f[0] in "AR":
+            calls.append((int(f[1]), int(f[2]), f[8]))
+            continue
+        if len(f) < 9 or (f[3] == "0" and a.bursts is None):
             continue
         name = kernel_class(f[8]) if f[0] == "K" else {"C": "memcpy", "S": "memset"}[f[0]]
-        graphs[int(f[3])].append((int(f[1]), int(f[2]), int(f[4]), name))
+        records.append((int(f[1]), int(f[2]), int(f[4]), name))
+        graphs[int(f[3])].append(records[-1])
+    previous_end = {}  # burst group -> the end of the burst before each of its bursts
+    if a.bursts is not None:
+        graphs, previous_end = bursts(records, a.bursts * 1e3)
     for gid, recs in sorted(graphs.items()):
         recs.sort()
         seen = collections.Counter()
@@ -74,7 +91,8 @@ def main():
             for c, t in sums.items():
                 per_class[c].append(t)
         span = statistics.median(spans)
-        print(f"\ngraph {gid}: {len(full)} launches of {nodes} nodes; per launch (medians): "
+        label = f"bursts of {gid} records" if a.bursts is not None else f"graph {gid}"
+        print(f"\n{label}: {len(full)} launches of {nodes} nodes; per launch (medians): "
               f"span {span / 1e3:.1f} us, kernels busy {statistics.median(busy) / 1e3:.1f} us, "
               f"idle {(span - statistics.median(busy)) / 1e3:.1f} us, "
               f"launch to launch {statistics.median(periods) / 1e3 if periods else 0:.1f} us")
@@ -90,6 +108,49 @@ def main():
             print(f"  {'(' + str(len(rest)) + ' more classes)':70s} {n:10d} {t / 1e3:9.1f} {t / 1e3 / max(n, 1):8.2f} {t / span:7.1%}")
         if a.layer:
             print_layer(full, a.layer, a.layer_kernels)
+        if calls and gid in previous_end:
+            print_calls(calls, [(previous_end[gid][k], max(r[1] for r in l), min(r[0] for r in l))
+                                for k, l in launches.items() if len(l) == nodes])
+
+
+def bursts(records, gap_ns):
+    """Splits records at idle gaps longer than gap_ns into bursts, numbers each burst's
+    records in order as its nodes, and keys the bursts by their record count; also
+    returns, per count, the end of the burst before each of them (0 for the first)."""
+    by_count, previous_end = collections.defaultdict(list), collections.defaultdict(list)
+    burst, end, last_end = [], None, 0
+    for r in sorted(records) + [None]:
+        if r is None or (end is not None and r[0] - end > gap_ns):
+            by_count[len(burst)] += [(s, e, i, c) for i, (s, e, _, c) in enumerate(burst)]
+            previous_end[len(burst)].append(last_end)
+            burst, end, last_end = [], None, end
+        if r is not None:
+            burst.append(r)
+            end = r[1] if end is None else max(end, r[1])
+    return by_count, previous_end
+
+
+def print_calls(calls, windows, top=8):
+    """Prints the host's CUDA calls per launch (medians over windows of (from, to,
+    first kernel's start)) that start within each window, by time spent in them."""
+    per_name = collections.defaultdict(lambda: [[0, 0] for _ in windows])
+    waits = []
+    calls.sort()
+    starts = [c[0] for c in calls]
+    for i, (lo, hi, first) in enumerate(windows):
+        inside = calls[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
+        for s, e, name in inside:
+            per_name[name][i][0] += e - s
+            per_name[name][i][1] += 1
+        before = [c for c in inside if c[0] < first]
+        waits.append((first - lo, first - before[0][0] if before else 0))
+    print(f"  host calls per launch (medians over {len(windows)}): previous burst's end to the first kernel "
+          f"{statistics.median(w[0] for w in waits) / 1e3:.1f} us, first call to the first kernel "
+          f"{statistics.median(w[1] for w in waits) / 1e3:.1f} us")
+    rows = sorted(per_name.items(), key=lambda kv: -statistics.median(t for t, _ in kv[1]))
+    for name, ts in rows[:top]:
+        print(f"    {name[:60]:60s} {statistics.median(n for _, n in ts):6.0f} calls "
+              f"{statistics.median(t for t, _ in ts) / 1e3:9.1f} us")
 
 
 def print_layer(launches, opener: str, count: int):

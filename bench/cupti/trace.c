@@ -10,7 +10,9 @@
 // CUPTI headers. A thread flushes the records four times a second: Go programs end
 // with exit_group, so no exit handler would run. KERNEL_RECORD, MEMCPY_RECORD and
 // MEMSET_RECORD name the newest record versions of the installed headers; NO_COPIES
-// leaves copies and memsets out.
+// leaves copies and memsets out. With CUPTI_TRACE_API set it also records the host's
+// CUDA driver and runtime calls (kind A and R, the thread in the stream column, the
+// call's name last), to show what the host does between and before the GPU's work.
 #include <cupti.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +62,16 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
       break;
     }
 #endif
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_RUNTIME: {
+      CUpti_ActivityAPI *a = (CUpti_ActivityAPI *)r;
+      int driver = r->kind == CUPTI_ACTIVITY_KIND_DRIVER;
+      const char *name = NULL;
+      cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
+      fprintf(out, "%c\t%llu\t%llu\t0\t0\t%u\t-\t-\t%s\n", driver ? 'A' : 'R', (unsigned long long)a->start,
+              (unsigned long long)a->end, a->threadId, name ? name : "?");
+      break;
+    }
     default:
       break;
     }
@@ -90,7 +102,8 @@ int InitializeInjection(void) {
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS ||
 #endif
-      0) {
+      (getenv("CUPTI_TRACE_API") != NULL && (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS ||
+                                               cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS))) {
     fprintf(stderr, "cupti trace: could not enable activity records\n");
     return 0;
   }
