@@ -26,7 +26,9 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
-# tiling (XLA's exhaustive GEMM search), variants (builds of other git refs, see
+# tiling (XLA's exhaustive GEMM search), prefillflags (XLA's GEMM flags on the
+# prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
+# profile of the prefills), variants (builds of other git refs, see
 # bench/build-gpu.sh), trace (in-graph kernel times, bench/cupti) and profile. A device
 # call lasts at most 600 s, so the default stops at two.
 set -u
@@ -309,13 +311,8 @@ compare() {
     -fp8-decoder bits 2>&1 | grep -E 'weights|device loop|one execution'
 }
 
-trace() {
-  # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
-  # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
-  # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
-  # TRACE_STEPS="ar fused prefill" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps (the
-  # bench's 512- and 2048-token prefills too), cache, no peer.
-  section "CUPTI traces: our steps and the peer's"
+build_tracer() {
+  # Builds bench/cupti/trace.c into /tmp/libtrace.so against the CUDA toolkit's CUPTI.
   local inc lib d rec
   for d in /usr/local/cuda/extras/CUPTI /usr/local/cuda "$site/nvidia/cu13" "$site/nvidia/cuda_cupti"; do
     [ -z "${inc:-}" ] && [ -f "$d/include/cupti.h" ] && inc=$d/include
@@ -329,22 +326,35 @@ trace() {
     gcc -shared -fPIC -O2 -I"$inc" "$@" bench/cupti/trace.c -L"$lib" -lcupti -lpthread -Wl,-rpath,"$lib" \
       -o /tmp/libtrace.so 2>>"$OUT/trace-build.log"
   }
-  build $rec || build "-DKERNEL_RECORD=$(newest Kernel)" -DNO_COPIES || { tail -5 "$OUT/trace-build.log"; return; }
-  local step what opener per
+  build $rec || build "-DKERNEL_RECORD=$(newest Kernel)" -DNO_COPIES || { tail -5 "$OUT/trace-build.log"; return 1; }
+}
+
+trace() {
+  # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
+  # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
+  # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
+  # TRACE_STEPS="ar fused prefill" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps (the
+  # bench's 512- and 2048-token prefills too), cache, no peer; CUPTI_TRACE_API=1 also
+  # records the host's CUDA calls (bench/cupti/trace.c).
+  section "CUPTI traces: our steps and the peer's"
+  build_tracer || return
+  local step what opener per group
   for step in ${TRACE_STEPS:-ar denoise}; do
     section "our $step step traced"
-    what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}")
-    [ "$step" = prefill ] && what=(-only prefill)
+    what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}") group=()
+    # A prefill's kernels are grouped by time (a host read separates runs), which also
+    # lists the host's calls before each run (CUPTI_TRACE_API=1).
+    [ "$step" = prefill ] && what=(-only prefill) group=(--bursts 50)
     # A layer opens with its first norm: a fusion of its own kind in the AR step; of the
     # MLP norm's kind elsewhere, so there a layer spans two of them.
     opener=input_multiply_reduce_fusion per=2
     [ "$step" = ar ] && opener=input_add_reduce_fusion per=1
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill).*" \
-      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|^prefill' | grep -v compiled
+      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
-      --layer "$opener" --layer-kernels "$per"
+      --layer "$opener" --layer-kernels "$per" "${group[@]}"
   done
   if [ "${TRACE_PEER:-1}" = 1 ]; then
     section "the peer traced"
@@ -357,6 +367,56 @@ trace() {
   find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
   (cd "$OUT" && tar czf xla-traced.tgz xla-* && rm -rf xla-*/)
 }
+prefillflags() {
+  # The 512- and 2048-token prefills on bdxla-gemv under XLA flags that change its GEMMs,
+  # default and cuBLAS alternating (~150 s): cuBLAS in place of XLA's Triton GEMMs (its
+  # HLO dumped), no split-K; then the GPU flags this plugin knows, into flags.txt.
+  local flags dump
+  for flags in "" "--xla_gpu_enable_triton_gemm=false" "" "--xla_gpu_enable_triton_gemm=false" \
+               "--xla_gpu_enable_split_k_autotuning=false"; do
+    section "prefill, XLA_FLAGS=$flags"
+    dump=""
+    [ "$flags" = --xla_gpu_enable_triton_gemm=false ] && [ ! -d "$OUT/xla-cublas" ] &&
+      dump="--xla_dump_to=$OUT/xla-cublas --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*prefill.*"
+    GOMLX_BACKEND=$(backend_config bdxla-gemv) XLA_FLAGS="$flags${dump:+ $dump}" timeout 120 .gpu/bin/bench -only prefill 2>&1 |
+      grep -E 'prefill [0-9]+ tokens'
+  done
+  find "$OUT"/xla-cublas -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
+  (cd "$OUT" && tar czf xla-cublas.tgz xla-cublas && rm -rf xla-cublas)
+  strings "$plugin" | grep -o 'xla_gpu_[a-z0-9_]*' | sort -u >"$OUT/flags.txt"
+  echo "flags.txt: $(wc -l <"$OUT/flags.txt") xla_gpu flags"
+}
+
+attnbench() {
+  # cuDNN's prefill attention three ways (backend/hlo's BenchmarkCuDNNPrefillAttention):
+  # the block-causal mask as a bias, the causal mask alone, and the block-causal mask
+  # through a shifted causal one; first the test that cuDNN honours causal and a mask
+  # together, then each variant traced (bench/cupti) for its kernels' own times (~90 s).
+  section "cuDNN prefill attention"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 100 .gpu/bin/hlo.test -test.v -test.run 'TestCuDNNAttentionMatchesPlain' \
+    >"$OUT/attnbench.log" 2>&1
+  echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|rror' "$OUT/attnbench.log" | head -12
+  build_tracer || return
+  local v
+  for v in 512/mask 512/causal 512/shifted 2048/mask 2048/causal 2048/shifted; do
+    section "attention $v, traced"
+    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-attention-${v/\//-}.tsv" BLOCKDIFF_PJRT_PLUGIN=$plugin \
+      timeout 60 .gpu/bin/hlo.test -test.run '^$' -test.bench "CuDNNPrefillAttention/$v\$" -test.benchtime 20x 2>&1 |
+      grep -E '^Benchmark'
+    sleep 1
+    python3 bench/cupti/summarize.py "$OUT/trace-attention-${v/\//-}.tsv" --bursts 20 --min-kernels 30 --min-launches 5 --top 5
+  done
+  gzip -f "$OUT"/trace-attention-*.tsv
+}
+
+hostcost() {
+  # Where the host's time goes around one prefill execution: a Go CPU profile of the
+  # prefills (bench -cpuprofile; go tool pprof -top -focus runAndWait on it) (~40 s).
+  section "prefill with a CPU profile"
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 .gpu/bin/bench -only prefill -cpuprofile "$OUT/prefill.pprof" 2>&1 |
+    grep -E 'prefill [0-9]+ tokens'
+}
+
 profile() {
   # Per-kernel device times of two layers' denoise steps (ncu, isolated replays), and
   # whether XLA fuses the FP8 weight decoder into the GEMMs (HLO after optimisation).
