@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -51,6 +52,7 @@ var (
 	prefillFresh = flag.Bool("prefill-fresh", false, "prefill timings upload their inputs each time (new tensors, as each Generate call has)")
 	prefillFree  = flag.Bool("prefill-free", false, "with -prefill-fresh, free the previous inputs first")
 	prefillAt    = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
+	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the timed calls are under runAndWait)")
 )
 
 // prefillAttention is -prefill-attention, parsed by main.
@@ -90,6 +92,16 @@ func main() {
 	}
 	if *prefillFree && !*prefillFresh {
 		log.Fatal("-prefill-free frees the inputs -prefill-fresh replaces: give both")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	b, choice, err := backend.New()
 	if err != nil {
