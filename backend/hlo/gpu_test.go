@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -34,7 +35,7 @@ import (
 // backends returns the hlo backend on the plugin (float32 products at full precision,
 // so that results compare with the Go backend's) and the Go backend, or skips. Both are
 // shared by the tests of the binary: one client per process.
-func backends(t *testing.T) (onPlugin, onGo compute.Backend) {
+func backends(t testing.TB) (onPlugin, onGo compute.Backend) {
 	t.Helper()
 	plugin := os.Getenv(backend.PluginEnv)
 	if plugin == "" {
@@ -447,11 +448,12 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 		name                    string
 		layout                  compute.AttentionAxesLayout
 		b, heads, kvHeads, t, s int
-		hide                    string // "bias", "mask" or "causal"
+		hide                    string // "bias", "mask", "causal" or "causal+mask"
 	}{
 		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias"},
 		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask"},
 		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal"},
+		{"BSHD causal with a mask", bshd, 1, 16, 2, 200, 200, "causal+mask"},
 		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias"},
 		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias"},
 		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias"},
@@ -477,7 +479,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 					}
 				}
 				inputs = append(inputs, tensors.FromFlatDataAndDimensions(bias, c.b, c.heads, c.t, c.s))
-			case "mask":
+			case "mask", "causal+mask":
 				mask := make([]bool, c.b*c.t*c.s)
 				for i := range mask {
 					mask[i] = !hidden(i)
@@ -485,11 +487,11 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				inputs = append(inputs, tensors.FromFlatDataAndDimensions(mask, c.b, c.t, c.s))
 			}
 			fused := func(in []*Node) []*Node {
-				cfg := &compute.ScaledDotProductAttentionConfig{Causal: c.hide == "causal"}
+				cfg := &compute.ScaledDotProductAttentionConfig{Causal: strings.HasPrefix(c.hide, "causal")}
 				switch c.hide {
 				case "bias":
 					cfg.Bias = InternalBackendOutputs(in[3])[0]
-				case "mask":
+				case "mask", "causal+mask":
 					cfg.Mask = InternalBackendOutputs(in[3])[0]
 				}
 				out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], c.layout, cfg)
@@ -512,8 +514,12 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				case "causal":
 					seen := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
 					scores = Where(BroadcastToShape(Reshape(seen, 1, 1, 1, c.t, c.s), scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
-				case "mask":
+				case "mask", "causal+mask":
 					seen := Reshape(in[3], c.b, 1, 1, c.t, c.s)
+					if c.hide == "causal+mask" {
+						causal := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
+						seen = LogicalAnd(seen, Reshape(causal, 1, 1, 1, c.t, c.s))
+					}
 					scores = Where(BroadcastToShape(seen, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
 				default:
 					scores = Add(scores, Reshape(ConvertDType(in[3], dtypes.Float32), c.b, c.kvHeads, group, c.t, c.s))
@@ -534,5 +540,80 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 			t.Logf("max |cuDNN - plain|: %.2g", worst)
 			require.LessOrEqual(t, worst, 1e-2)
 		})
+	}
+}
+
+// BenchmarkCuDNNPrefillAttention times cuDNN's attention over a prefill of s tokens in
+// MiniCPM5-2B's shape (16 query and 2 key/value heads of 128), chained attentionsInRow
+// times per execution so that the execution's own cost is spread over them; it reports
+// us/attention. "mask" is the block-causal mask (blocks of 4) as the model gives it,
+// which cuDNN gets as a bias and so computes every tile; "causal" is the op's causal
+// mask alone, a causal model's prefill (not ours: for scale); "shifted" is the
+// block-causal mask through the causal one: the queries padded to start 3 rows down, so
+// that the causal mask keeps keys up to 3 past each query and the mask hides the rest,
+// and cuDNN skips the tiles past the diagonal.
+func BenchmarkCuDNNPrefillAttention(b *testing.B) {
+	onPlugin, _ := backends(b)
+	const heads, kvHeads, d, block, attentionsInRow = 16, 2, 128, 4, 32
+	const shift = block - 1
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []int{512, 2048} {
+		for _, variant := range []string{"mask", "causal", "shifted"} {
+			b.Run(fmt.Sprintf("%d/%s", s, variant), func(b *testing.B) {
+				n := s // rows and keys the op sees
+				if variant == "shifted" {
+					n = s + block
+				}
+				mask := make([]bool, n*n)
+				for i := range n {
+					for j := range n {
+						switch q := i - shift; {
+						case variant != "shifted":
+							mask[i*n+j] = j/block <= i/block
+						case q < 0 || q >= s:
+							mask[i*n+j] = j == 0 // padding rows: any visible key
+						default:
+							mask[i*n+j] = j < s && j/block <= q/block
+						}
+					}
+				}
+				exec, err := NewExec(onPlugin, func(q, k, v, m *Node) *Node {
+					cfg := &compute.ScaledDotProductAttentionConfig{Causal: variant != "mask"}
+					if variant != "causal" {
+						cfg.Mask = InternalBackendOutputs(m)[0]
+					}
+					if variant == "shifted" {
+						zero := ScalarZero(q.Graph(), q.DType())
+						k = Pad(k, zero, compute.PadAxis{}, compute.PadAxis{End: block})
+						v = Pad(v, zero, compute.PadAxis{}, compute.PadAxis{End: block})
+					}
+					for range attentionsInRow {
+						if variant == "shifted" {
+							q = Pad(q, ScalarZero(q.Graph(), q.DType()), compute.PadAxis{}, compute.PadAxis{Start: shift, End: block - shift})
+						}
+						q, _ = BackendFusedScaledDotProductAttention(q, k, v, compute.AttentionAxesLayoutBSHD, cfg)
+						if variant == "shifted" {
+							q = SliceAxis(q, 1, AxisRange(shift, shift+s))
+						}
+					}
+					return ReduceAllSum(ConvertDType(q, dtypes.Float32))
+				})
+				require.NoError(b, err)
+				inputs := []any{randomBF16(rng, []int{1, s, heads, d}, 1), randomBF16(rng, []int{1, s, kvHeads, d}, 1),
+					randomBF16(rng, []int{1, s, kvHeads, d}, 1), tensors.FromFlatDataAndDimensions(mask, n, n)}
+				run := func() {
+					out, err := exec.Exec(inputs...)
+					require.NoError(b, err)
+					_, err = out[0].ValueSafe()
+					require.NoError(b, err)
+				}
+				run()
+				b.ResetTimer()
+				for range b.N {
+					run()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*attentionsInRow), "us/attention")
+			})
+		}
 	}
 }
