@@ -28,7 +28,7 @@
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search), prefillflags (XLA's GEMM flags on the
 # prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
-# profile of the prefills), variants (builds of other git refs, see
+# profile of the prefills), prefillab (prefills of builds of other refs), variants (builds of other git refs, see
 # bench/build-gpu.sh), trace (in-graph kernel times, bench/cupti) and profile. A device
 # call lasts at most 600 s, so the default stops at two.
 set -u
@@ -407,6 +407,19 @@ attnbench() {
     python3 bench/cupti/summarize.py "$OUT/trace-attention-${v/\//-}.tsv" --bursts 20 --min-kernels 30 --min-launches 5 --top 5
   done
   gzip -f "$OUT"/trace-attention-*.tsv
+}
+
+prefillab() {
+  # The prefills of this build against those of the builds of VARIANTS="ref ..."
+  # (bench/build-gpu.sh), alternating, two rounds (~25 s per build and round).
+  local round v
+  for round in 1 2; do
+    for v in . ${VARIANTS:-}; do
+      section "prefill, build ${v/./this one}, round $round"
+      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 100 ".gpu/bin/${v//\//_}/bench" -only prefill 2>&1 |
+        grep -E 'prefill [0-9]+ tokens'
+    done
+  done
 }
 
 hostcost() {
