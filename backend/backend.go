@@ -216,3 +216,12 @@ func AsksForFusedAttention(b compute.Backend) bool {
 func FusesElementwise(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
+
+// AttentionLogSumExp reports whether b's fused scaled-dot-product attention returns, as
+// its one state, each query's log-sum-exp of its scaled scores [b, heads, t] in float32,
+// so that a caller can merge it with attention over more keys (model's block-causal
+// prefill by parts): yes on our own backend ("bdxla"), whose state is cuDNN's softmax
+// statistics.
+func AttentionLogSumExp(b compute.Backend) bool {
+	return b.String() == "bdxla"
+}

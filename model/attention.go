@@ -109,13 +109,35 @@ type fusedMasks struct {
 	// causal: BlockSize 1, where the block-causal mask is the op's own causal mask.
 	causal bool
 	bias   *Node // mask as an additive bias, built on first use
+	// laterKeys, when not nil, has the attention run as causal attention merged with
+	// the keys later in each query's block (see [mergeLaterKeys]): for each shift t in
+	// 1..BlockSize-1, [b, w] bool: the key t positions after the query is in its block.
+	laterKeys []*Node
 }
 
-// newFusedMasks takes the window mask [b, 1, w, 1, w] of [attentionMask].
-func newFusedMasks(window *Node, causal bool) *fusedMasks {
+// newFusedMasks takes the window mask [b, 1, w, 1, w] of [attentionMask]; with
+// byParts, the window's positions pos [b, w] and blockSize set up laterKeys.
+func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int) *fusedMasks {
 	dims := window.Shape().Dimensions
-	return &fusedMasks{mask: Reshape(window, dims[0], dims[2], dims[4]), causal: causal}
+	f := &fusedMasks{mask: Reshape(window, dims[0], dims[2], dims[4]), causal: causal}
+	if byParts && !causal {
+		w := dims[2]
+		block := DivScalar(pos, float64(blockSize))
+		for t := 1; t < blockSize && t < w; t++ {
+			// pos is consecutive within the window: the key t after is at pos + t.
+			later := Equal(DivScalar(AddScalar(pos, float64(t)), float64(blockSize)), block)
+			inWindow := LessThan(Iota(pos.Graph(), shapes.Make(dtypes.Int32, 1, w), 1), Const(pos.Graph(), int32(w-t)))
+			f.laterKeys = append(f.laterKeys, LogicalAnd(later, inWindow))
+		}
+	}
+	return f
 }
+
+// byPartsMinWindow is the shortest window whose block-causal attention runs as causal
+// attention and the keys later in each block ([mergeLaterKeys]): cuDNN takes the block-causal mask only as a bias and then computes every
+// tile, while its causal mask skips those past the diagonal (BENCHMARKS.md, runs
+// BB–BC: 2048 queries 99 against 49 µs per layer, 512 queries 16 against 10.5 µs).
+const byPartsMinWindow = 1024
 
 // fusedMaskedBias is the additive bias of hidden keys on the fused path: finite (no
 // inf − inf in a kernel's max subtraction), far below any score, and representable in
@@ -304,25 +326,72 @@ func concatenates(cache shapes.Shape, w int) bool {
 // again as an additive bias [b, heads, w, w] in the compute dtype. BlockSize 1 is plain
 // causal attention and uses the op's causal flag, with no mask.
 func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
-	try := func(cfg *compute.ScaledDotProductAttentionConfig) (out *Node) {
+	try := func(cfg *compute.ScaledDotProductAttentionConfig) (out *Node, states []*Node) {
 		err := exceptions.TryCatch[error](func() {
-			out, _ = BackendFusedScaledDotProductAttention(q, k, v, compute.AttentionAxesLayoutBSHD, cfg)
+			out, states = BackendFusedScaledDotProductAttention(q, k, v, compute.AttentionAxesLayoutBSHD, cfg)
 		})
 		if err != nil {
 			if compute.IsNotImplemented(err) {
-				return nil
+				return nil, nil
 			}
 			panic(err)
 		}
+		return out, states
+	}
+	if f.causal || f.laterKeys != nil {
+		out, states := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Causal: true})
+		switch {
+		case f.causal || out == nil:
+			return out
+		case len(states) == 1:
+			return mergeLaterKeys(out, states[0], q, k, v, f.laterKeys, scale)
+		}
+	}
+	if out, _ := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.mask)[0]}); out != nil {
 		return out
 	}
-	if f.causal {
-		return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Causal: true})
+	out, _ := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(q.Shape().Dimensions[2], q.DType()))[0]})
+	return out
+}
+
+// mergeLaterKeys turns causal attention into block-causal attention: it merges each
+// query's causal output [b, w, heads, d], whose log-sum-exp of scaled scores is lse
+// [b, heads, w] (float32), with its keys later in its own block, at most BlockSize-1 of
+// them: laterKeys[t-1] [b, w] says whether the key t positions after a query is in its
+// block. q is [b, w, heads, d], k and v [b, w, kvHeads, d]. cuDNN's causal attention
+// skips the tiles past the diagonal; with the block-causal mask, a bias there, it
+// computes every tile (BENCHMARKS.md, runs BB–BC).
+func mergeLaterKeys(causal, lse, q, k, v *Node, laterKeys []*Node, scale float64) *Node {
+	dims := q.Shape().Dimensions
+	b, w, heads, d := dims[0], dims[1], dims[2], dims[3]
+	kvHeads := k.Shape().Dimensions[2]
+	group := heads / kvHeads
+	g := q.Graph()
+	f32 := func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
+	grouped := Reshape(f32(q), b, w, kvHeads, group, d)
+	lse = Reshape(TransposeAllAxes(f32(lse), 0, 2, 1), b, w, kvHeads, group)
+	shifted := func(x *Node, t int) *Node { // x [b, w, kvHeads, d] moved t positions up
+		x = Pad(f32(x), ScalarZero(g, dtypes.Float32), compute.PadAxis{}, compute.PadAxis{End: t})
+		return InsertAxes(SliceAxis(x, 1, AxisRange(t, t+w)), 3)
 	}
-	if out := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.mask)[0]}); out != nil {
-		return out
+	scores := make([]*Node, len(laterKeys)) // [b, w, kvHeads, group]
+	top := lse
+	for i := range laterKeys {
+		scores[i] = MulScalar(ReduceSum(Mul(grouped, shifted(k, i+1)), -1), scale)
+		top = Max(top, scores[i])
 	}
-	return try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(q.Shape().Dimensions[2], q.DType()))[0]})
+	// Sums of exp(score - top) over the keys, and of the values so weighted: the causal
+	// part's are exp(lse - top) and its output times that.
+	weight := Exp(Sub(lse, top))
+	total := weight
+	sum := Mul(Reshape(f32(causal), b, w, kvHeads, group, d), InsertAxes(weight, -1))
+	for i, visible := range laterKeys {
+		visible = BroadcastToDims(Reshape(visible, b, w, 1, 1), b, w, kvHeads, group)
+		e := Where(visible, Exp(Sub(scores[i], top)), ZerosLike(top))
+		total = Add(total, e)
+		sum = Add(sum, Mul(shifted(v, i+1), InsertAxes(e, -1)))
+	}
+	return ConvertDType(Reshape(Div(sum, InsertAxes(total, -1)), b, w, heads, d), q.DType())
 }
 
 // weighted sums values with probs [b, kvHeads, w, group, n]: values' position axis is

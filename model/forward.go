@@ -54,7 +54,12 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
 	mask := attentionMask(win, pos, cache, m.ownSlotAnywhere || backend.FusesElementwise(m.backend))
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
-		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1)
+		from := byPartsMinWindow
+		if m.partsFromWindow != 0 {
+			from = m.partsFromWindow
+		}
+		byParts := win.Tokens.Shape().Dimensions[1] >= from && backend.AttentionLogSumExp(m.backend)
+		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1, byParts, pos, win.BlockSize)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {

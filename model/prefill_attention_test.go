@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 )
 
@@ -31,7 +33,7 @@ func prefillConfig() Config {
 func prefillOutputs(t *testing.T, m *Model, tokens [][]int32, blockSize int) (logits, keys [][]float32, fused bool) {
 	t.Helper()
 	b, w := len(tokens), len(tokens[0])
-	name := fmt.Sprintf("test/prefill/%s/%d", m.PrefillAttention, blockSize)
+	name := fmt.Sprintf("test/prefill/%s/%d/%d", m.PrefillAttention, blockSize, m.partsFromWindow)
 	p, err := m.Compile(name, []shapes.Shape{shapes.Make(dtypes.Int32, b, w), shapes.Make(dtypes.Int32, b)},
 		func(wt *Weights, in []*Node) []*Node {
 			g := in[0].Graph()
@@ -106,6 +108,14 @@ func TestFusedPrefillMatchesPlain(t *testing.T) {
 					t.Logf("max |Δ| / max |plain|: logits %.2g, last layer's keys %.2g", rel, relKeys)
 					require.LessOrEqual(t, rel, c.tol)
 					require.LessOrEqual(t, relKeys, c.tol)
+					if block > 1 { // and by parts, where the backend gives its log-sum-exps
+						m.partsFromWindow = 1
+						defer func() { m.partsFromWindow = 0 }()
+						gotLogits, _, _ = prefillOutputs(t, m, tokens, block)
+						rel = maxRelDiff(t, gotLogits, wantLogits)
+						t.Logf("by parts (causal and later keys, %v): max |Δ| / max |plain| %.2g", backend.AttentionLogSumExp(b), rel)
+						require.LessOrEqual(t, rel, c.tol)
+					}
 				})
 			}
 			m.PrefillAttention = PrefillAttentionAuto
@@ -168,7 +178,7 @@ func TestFusedBiasIsTheBlockCausalMask(t *testing.T) {
 	out, err := ExecOnce(testutil.Backend(t), func(scores *Node) *Node {
 		g := scores.Graph()
 		pos := positions(Const(g, []int32{0, 3}), w)
-		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false)
+		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false, false, nil, 4)
 		withBias := Softmax(Add(scores, f.additiveBias(heads, dtypes.Float32)), -1)
 		mask := BroadcastToShape(InsertAxes(f.mask, 1), scores.Shape())
 		withMask := Softmax(Where(mask, scores, Infinity(g, dtypes.Float32, -1)), -1)
@@ -178,4 +188,47 @@ func TestFusedBiasIsTheBlockCausalMask(t *testing.T) {
 	diff := tensors.ToScalar[float32](out)
 	t.Logf("max |Δ| = %.2g", diff)
 	require.LessOrEqual(t, diff, float32(1e-6))
+}
+
+// mergeLaterKeys turns causal attention, given as its output and log-sum-exps, into the
+// block-causal attention of windows whose blocks straddle them (rows starting at
+// positions 0 and 3, blocks of 4, a window of 11) with grouped query heads.
+func TestMergeLaterKeysIsBlockCausal(t *testing.T) {
+	const b, w, heads, kvHeads, d = 2, 11, 4, 2, 8
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func(dims ...int) *tensors.Tensor {
+		data := make([]float32, shapes.Make(dtypes.Float32, dims...).Size())
+		for i := range data {
+			data[i] = float32(rng.NormFloat64())
+		}
+		return tensors.FromFlatDataAndDimensions(data, dims...)
+	}
+	out, err := ExecOnce(testutil.Backend(t), func(q, k, v *Node) *Node {
+		g := q.Graph()
+		pos := positions(Const(g, []int32{0, 3}), w)
+		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false, true, pos, 4)
+		scale := 1 / math.Sqrt(d)
+		// Plain attention [b, heads, w, d] under a visibility mask [b, w, w].
+		group := heads / kvHeads
+		scores := MulScalar(Dot(Reshape(q, b, w, kvHeads, group, d), k).General([]int{4}, []int{0, 2}, []int{3}, []int{0, 2}), scale) // [b, kvHeads, w, group, w]
+		attend := func(visible *Node) (*Node, *Node) {
+			visible = BroadcastToShape(Reshape(visible, b, 1, w, 1, w), scores.Shape())
+			masked := Where(visible, scores, Infinity(g, dtypes.Float32, -1))
+			top := ReduceAndKeep(masked, ReduceMax, -1)
+			lse := Add(Log(ReduceSum(Exp(Sub(masked, top)), -1)), Squeeze(top, -1)) // [b, kvHeads, w, group]
+			probs := Softmax(masked, -1)
+			o := Dot(probs, v).General([]int{4}, []int{0, 1}, []int{1}, []int{0, 2}) // [b, kvHeads, w, group, d]
+			o = Reshape(TransposeAllAxes(o, 0, 2, 1, 3, 4), b, w, heads, d)
+			return o, Reshape(TransposeAllAxes(lse, 0, 1, 3, 2), b, heads, w)
+		}
+		causal := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, 1, w, w), 1), Iota(g, shapes.Make(dtypes.Int32, 1, w, w), 2))
+		causalOut, lse := attend(BroadcastToDims(causal, b, w, w))
+		want, _ := attend(f.mask)
+		got := mergeLaterKeys(causalOut, lse, q, k, v, f.laterKeys, scale)
+		return ReduceAllMax(Abs(Sub(got, want)))
+	}, random(b, w, heads, d), random(b, w, kvHeads, d), random(b, w, kvHeads, d))
+	require.NoError(t, err)
+	diff := tensors.ToScalar[float32](out)
+	t.Logf("max |merged - block-causal| = %.2g", diff)
+	require.LessOrEqual(t, diff, float32(1e-5))
 }

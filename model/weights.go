@@ -39,6 +39,9 @@ type Model struct {
 	// backends that do not fuse elementwise work too, so that the Go backend's tests
 	// cover that path.
 	ownSlotAnywhere bool
+	// partsFromWindow, when not 0, replaces byPartsMinWindow (see [mergeLaterKeys]), so
+	// that tests of short windows cover that path where the backend offers it.
+	partsFromWindow int
 
 	programs programCache
 }

@@ -60,9 +60,12 @@ func newAttentionShape(q, k xshapes.Shape, layout compute.AttentionAxesLayout) (
 // [b, heads, t, s] of the same dtype (its batch and head axes may be 1, broadcast by
 // cuDNN), a boolean mask [t, s], [b, t, s] or [b, heads, t, s] (true: visible; its
 // batch and head axes may be 1 too), which it turns into such a bias, or a causal mask
-// when there are as many keys as queries. It declines ([compute.ErrNotImplemented], so
-// that the caller builds the attention of plain ops) other dtypes, sequence lengths,
-// quantized products and a mask with a bias; shapes that disagree are errors.
+// when there are as many keys as queries. Its one state is cuDNN's softmax statistics:
+// each query's log-sum-exp of its scaled (and biased) scores, [b, heads, t] float32, with
+// which a caller can merge it with attention over more keys (there is no fused backward).
+// It declines ([compute.ErrNotImplemented], so that the caller builds the attention of
+// plain ops) other dtypes, sequence lengths, quantized products and a mask with a bias;
+// shapes that disagree are errors.
 func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Value, layout compute.AttentionAxesLayout,
 	options *compute.ScaledDotProductAttentionConfig) (compute.Value, []compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
@@ -118,7 +121,8 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		return nil, nil, opError(op, err)
 	}
 	// Results: the output [b, heads, t, d], stored as the query is laid out; the softmax
-	// statistics [b, heads, t] (the flash backward's, unused here); an empty workspace.
+	// statistics [b, heads, t] (the flash backward's; returned as the state); an empty
+	// workspace.
 	outLayout := []int{3, 2, 1, 0}
 	if layout == compute.AttentionAxesLayoutBSHD {
 		outLayout = []int{3, 1, 2, 0}
@@ -138,7 +142,10 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		out, err = stablehlo.Transpose(out, 0, 2, 1, 3) // a relabelling: the layout is BSHD's already
 	}
 	res, err := f.result(op, out, err)
-	return res, nil, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, []compute.Value{f.wrap(outs[1])}, nil
 }
 
 // checkBias reports whether bias is not an additive bias cuDNN takes for an attention

@@ -617,3 +617,39 @@ func BenchmarkCuDNNPrefillAttention(b *testing.B) {
 		}
 	}
 }
+
+// The fused attention's state is each query's log-sum-exp of its scaled scores
+// [b, heads, t], as model's block-causal prefill by parts (mergeLaterKeys) reads it:
+// causal, grouped query heads, BSHD.
+func TestCuDNNStatsAreLogSumExp(t *testing.T) {
+	onPlugin, onGo := backends(t)
+	const b, heads, kvHeads, n, d = 2, 16, 2, 200, 128
+	rng := rand.New(rand.NewPCG(9, 10))
+	scale := 1 / math.Sqrt(d)
+	fused := func(in []*Node) []*Node {
+		_, states := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], compute.AttentionAxesLayoutBSHD,
+			&compute.ScaledDotProductAttentionConfig{Scale: scale, Causal: true})
+		require.Len(t, states, 1)
+		return []*Node{ConvertDType(states[0], dtypes.Float32)}
+	}
+	plain := func(in []*Node) []*Node {
+		f32 := func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
+		q := Reshape(f32(in[0]), b, n, kvHeads, heads/kvHeads, d)
+		scores := MulScalar(Dot(q, f32(in[1])).General([]int{4}, []int{0, 2}, []int{3}, []int{0, 2}), scale) // [b, kvHeads, t, group, s]
+		g := q.Graph()
+		seen := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, 1, 1, n, 1, n), 2), Iota(g, shapes.Make(dtypes.Int32, 1, 1, n, 1, n), 4))
+		scores = Where(BroadcastToShape(seen, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
+		top := ReduceAndKeep(scores, ReduceMax, -1)
+		lse := Add(Log(ReduceSum(Exp(Sub(scores, top)), -1)), Squeeze(top, -1)) // [b, kvHeads, t, group]
+		return []*Node{Reshape(TransposeAllAxes(lse, 0, 1, 3, 2), b, heads, n)}
+	}
+	got, want := execOnBoth(t, onPlugin, fused, onGo, plain, randomBF16(rng, []int{b, n, heads, d}, 1),
+		randomBF16(rng, []int{b, n, kvHeads, d}, 1), randomBF16(rng, []int{b, n, kvHeads, d}, 1))
+	g, w := float64s(t, got[0]), float64s(t, want[0])
+	worst := 0.0
+	for i := range w {
+		worst = max(worst, math.Abs(g[i]-w[i]))
+	}
+	t.Logf("max |cuDNN's statistics - log-sum-exp|: %.2g", worst)
+	require.LessOrEqual(t, worst, 1e-2)
+}
