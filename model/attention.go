@@ -22,8 +22,9 @@ const (
 	// compute dtype is bfloat16, except on the Go backend (see
 	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
 	// plugin, through XLA's backend or ours ("bdxla"), the fused op is cuDNN flash
-	// attention; XLA's CPU plugin declines it and the plain path runs. Float32 models
-	// keep the plain path (cuDNN's is half-precision only). The Go backend's fused op
+	// attention; XLA's CPU plugin declines it and the plain path runs. On ours, windows
+	// of 1024 tokens or more run cuDNN's causal attention and add each query's later
+	// keys in its block (see [mergeLaterKeys]). Float32 models keep the plain path (cuDNN's is half-precision only). The Go backend's fused op
 	// (float32 only) is a scalar loop, 7-10x slower than the plain path on a 512-token
 	// prefill.
 	PrefillAttentionAuto PrefillAttention = iota
@@ -134,9 +135,11 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 }
 
 // byPartsMinWindow is the shortest window whose block-causal attention runs as causal
-// attention and the keys later in each block ([mergeLaterKeys]): cuDNN takes the block-causal mask only as a bias and then computes every
-// tile, while its causal mask skips those past the diagonal (BENCHMARKS.md, runs
-// BB–BC: 2048 queries 99 against 49 µs per layer, 512 queries 16 against 10.5 µs).
+// attention and the keys later in each block ([mergeLaterKeys]). cuDNN takes the
+// block-causal mask only as a bias and then computes every tile, while its causal mask
+// skips those past the diagonal: 2048 queries take 99 against 49 µs per layer, 512
+// queries 16 against 10.5 µs (BENCHMARKS.md, runs AU and AW). With the merge, the
+// 2048-token prefill is 7 % faster and the 512-token one no faster (runs AX and AY).
 const byPartsMinWindow = 1024
 
 // fusedMaskedBias is the additive bias of hidden keys on the fused path: finite (no
@@ -324,7 +327,9 @@ func concatenates(cache shapes.Shape, w int) bool {
 // The mask goes first as a boolean [b, w, w] (the Go backend's float32 kernel takes it
 // and skips hidden keys); a backend that declines masks (XLA's cuDNN lowering) gets it
 // again as an additive bias [b, heads, w, w] in the compute dtype. BlockSize 1 is plain
-// causal attention and uses the op's causal flag, with no mask.
+// causal attention and uses the op's causal flag, with no mask. With f.laterKeys set,
+// the op runs causal too and, if it returns its log-sum-exps, mergeLaterKeys adds each
+// query's later keys in its block; otherwise the mask follows as above.
 func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 	try := func(cfg *compute.ScaledDotProductAttentionConfig) (out *Node, states []*Node) {
 		err := exceptions.TryCatch[error](func() {
@@ -360,7 +365,7 @@ func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 // them: laterKeys[t-1] [b, w] says whether the key t positions after a query is in its
 // block. q is [b, w, heads, d], k and v [b, w, kvHeads, d]. cuDNN's causal attention
 // skips the tiles past the diagonal; with the block-causal mask, a bias there, it
-// computes every tile (BENCHMARKS.md, runs BB–BC).
+// computes every tile (BENCHMARKS.md, runs AU and AW).
 func mergeLaterKeys(causal, lse, q, k, v *Node, laterKeys []*Node, scale float64) *Node {
 	dims := q.Shape().Dimensions
 	b, w, heads, d := dims[0], dims[1], dims[2], dims[3]
