@@ -28,9 +28,10 @@
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search), prefillflags (XLA's GEMM flags on the
 # prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
-# profile of the prefills), prefillab (prefills of builds of other refs), variants (builds of other git refs, see
-# bench/build-gpu.sh), trace (in-graph kernel times, bench/cupti) and profile. A device
-# call lasts at most 600 s, so the default stops at two.
+# profile of the prefills), prefillab (prefills of builds of other refs), variants
+# (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
+# bench/cupti) and profile. A device call lasts at most 600 s, so the default stops at
+# two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -367,6 +368,7 @@ trace() {
   find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
   (cd "$OUT" && tar czf xla-traced.tgz xla-* && rm -rf xla-*/)
 }
+
 prefillflags() {
   # The 512- and 2048-token prefills on bdxla-gemv under XLA flags that change its GEMMs,
   # default and cuBLAS alternating (~150 s): cuBLAS in place of XLA's Triton GEMMs (its
@@ -392,6 +394,8 @@ attnbench() {
   # the block-causal mask as a bias, the causal mask alone, and the block-causal mask
   # through a shifted causal one; first the test that cuDNN honours causal and a mask
   # together, then each variant traced (bench/cupti) for its kernels' own times (~90 s).
+  # The tracer flushes four times a second, so a process loses its last quarter second
+  # of records: 100 executions of 32 attentions keep most of them.
   section "cuDNN prefill attention"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 100 .gpu/bin/hlo.test -test.v -test.run 'TestCuDNNAttentionMatchesPlain' \
     >"$OUT/attnbench.log" 2>&1
@@ -401,7 +405,7 @@ attnbench() {
   for v in 512/mask 512/causal 512/shifted 2048/mask 2048/causal 2048/shifted; do
     section "attention $v, traced"
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-attention-${v/\//-}.tsv" BLOCKDIFF_PJRT_PLUGIN=$plugin \
-      timeout 60 .gpu/bin/hlo.test -test.run '^$' -test.bench "CuDNNPrefillAttention/$v\$" -test.benchtime 20x 2>&1 |
+      timeout 60 .gpu/bin/hlo.test -test.run '^$' -test.bench "CuDNNPrefillAttention/$v\$" -test.benchtime 100x 2>&1 |
       grep -E '^Benchmark'
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-attention-${v/\//-}.tsv" --bursts 20 --min-kernels 30 --min-launches 5 --top 5

@@ -24,9 +24,9 @@ const (
 	// plugin, through XLA's backend or ours ("bdxla"), the fused op is cuDNN flash
 	// attention; XLA's CPU plugin declines it and the plain path runs. On ours, windows
 	// of 1024 tokens or more run cuDNN's causal attention and add each query's later
-	// keys in its block (see [mergeLaterKeys]). Float32 models keep the plain path (cuDNN's is half-precision only). The Go backend's fused op
-	// (float32 only) is a scalar loop, 7-10x slower than the plain path on a 512-token
-	// prefill.
+	// keys in its block (see [mergeLaterKeys]). Float32 models keep the plain path
+	// (cuDNN's is half-precision only). The Go backend's fused op (float32 only) is a
+	// scalar loop, 7-10x slower than the plain path on a 512-token prefill.
 	PrefillAttentionAuto PrefillAttention = iota
 	// PrefillAttentionFused asks for the fused op on any backend and compute dtype,
 	// still falling back to the plain path where the backend declines it (e.g. for A/B

@@ -510,15 +510,14 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				k, v := toBHSD(in[1]), toBHSD(in[2])
 				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(d)) // [b, kvHeads, group, t, s]
 				g := q.Graph()
+				causal := Reshape(GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1)), 1, 1, 1, c.t, c.s)
 				switch c.hide {
 				case "causal":
-					seen := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
-					scores = Where(BroadcastToShape(Reshape(seen, 1, 1, 1, c.t, c.s), scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
+					scores = Where(BroadcastToShape(causal, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
 				case "mask", "causal+mask":
 					seen := Reshape(in[3], c.b, 1, 1, c.t, c.s)
 					if c.hide == "causal+mask" {
-						causal := GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1))
-						seen = LogicalAnd(seen, Reshape(causal, 1, 1, 1, c.t, c.s))
+						seen = LogicalAnd(seen, causal)
 					}
 					scores = Where(BroadcastToShape(seen, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
 				default:
@@ -546,7 +545,8 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 // BenchmarkCuDNNPrefillAttention times cuDNN's attention over a prefill of s tokens in
 // MiniCPM5-2B's shape (16 query and 2 key/value heads of 128), chained attentionsInRow
 // times per execution so that the execution's own cost is spread over them; it reports
-// us/attention. "mask" is the block-causal mask (blocks of 4) as the model gives it,
+// us/attention, which includes each execution's upload of its inputs: the attention
+// kernels' own times are in a trace (bash bench/gpu.sh attnbench). "mask" is the block-causal mask (blocks of 4) as the model gives it,
 // which cuDNN gets as a bias and so computes every tile; "causal" is the op's causal
 // mask alone, a causal model's prefill (not ours: for scale); "shifted" is the
 // block-causal mask through the causal one: the queries padded to start 3 rows down, so

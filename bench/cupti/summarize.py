@@ -5,10 +5,10 @@ its kernels keep the GPU busy, and the kernels grouped by name, as a short table
     python3 summarize.py TRACE [--min-kernels 50] [--min-launches 10] [--top 18]
                                [--layer KERNEL [--layer-kernels N]] [--bursts US]
 
---bursts groups the kernels by time instead, for work that is not one CUDA graph (a
-prefill, whose custom calls stay outside XLA's command buffers): a burst is a run of
-kernels with no idle gap longer than US microseconds, and bursts with the same number of
-kernels count as launches of one graph. If the trace has host calls (CUPTI_TRACE_API),
+--bursts groups the kernels by time instead, for work that is not one CUDA graph, or
+to see the host between launches: a burst is a run of kernels with no idle gap longer
+than US microseconds, and bursts with the same number of kernels count as launches of
+one graph. If the trace has host calls (CUPTI_TRACE_API),
 each group of bursts also lists the host's CUDA calls from the end of the previous burst
 to the end of each one: what the host did before and while the GPU ran it.
 
