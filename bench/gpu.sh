@@ -334,9 +334,9 @@ trace() {
   # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
   # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
   # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
-  # TRACE_STEPS="ar fused prefill" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps (the
-  # bench's 512- and 2048-token prefills too), cache, no peer; CUPTI_TRACE_API=1 also
-  # records the host's CUDA calls (bench/cupti/trace.c).
+  # TRACE_STEPS="ar fused prefill decode" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps
+  # (the bench's 512- and 2048-token prefills, the decoder's AR loop), cache, no peer;
+  # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c).
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group
@@ -346,13 +346,15 @@ trace() {
     # A prefill's kernels are grouped by time (a host read separates runs), which also
     # lists the host's calls before each run (CUPTI_TRACE_API=1).
     [ "$step" = prefill ] && what=(-only prefill) group=(--bursts 50)
+    # The decoder's autoregressive loop at batch 1: its body beside the bare AR step's.
+    [ "$step" = decode ] && what=(-only decode -batches 1 -decode autoregressive -new 64)
     # A layer opens with its first norm: a fusion of its own kind in the AR step; of the
     # MLP norm's kind elsewhere, so there a layer spans two of them.
     opener=input_multiply_reduce_fusion per=2
-    [ "$step" = ar ] && opener=input_add_reduce_fusion per=1
+    [ "$step" = ar ] || [ "$step" = decode ] && opener=input_add_reduce_fusion per=1
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
-      XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill).*" \
-      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens' | grep -v compiled
+      XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
+      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^autoregressive' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
       --layer "$opener" --layer-kernels "$per" "${group[@]}"

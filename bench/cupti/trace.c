@@ -12,7 +12,8 @@
 // MEMSET_RECORD name the newest record versions of the installed headers; NO_COPIES
 // leaves copies and memsets out. With CUPTI_TRACE_API set it also records the host's
 // CUDA driver and runtime calls (kind A and R, the thread in the stream column, the
-// call's name last), to show what the host does between and before the GPU's work.
+// call's name last), to show what the host does between and before the GPU's work;
+// CUPTI_TRACE_NO_KERNELS then leaves the GPU's records out.
 #include <cupti.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -96,11 +97,16 @@ int InitializeInjection(void) {
     perror("cupti trace");
     return 0;
   }
+  // CUPTI_TRACE_NO_KERNELS leaves kernels, copies and memsets out, for host calls
+  // alone. Either kind of record slows graph launches on the host: the decoder's AR loop
+  // ran at 306 tokens/s with kernel records, 313 with host calls alone and 400
+  // untraced (runs AZ and BB in BENCHMARKS.md).
+  int kernels = getenv("CUPTI_TRACE_NO_KERNELS") == NULL;
   if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
-      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+      (kernels && cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) ||
 #ifndef NO_COPIES
-      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
-      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS ||
+      (kernels && (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+                   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS)) ||
 #endif
       (getenv("CUPTI_TRACE_API") != NULL && (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS ||
                                                cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS))) {

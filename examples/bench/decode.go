@@ -19,7 +19,8 @@ type decodeCase struct {
 }
 
 // decodeCases: both presets in fused mode under the two forced schedules, and the
-// autoregressive baseline. Readbacks every 16 blocks keep round trips rare.
+// autoregressive baseline, those named by -decode. Readbacks every 16 blocks keep
+// round trips rare.
 func decodeCases() []decodeCase {
 	var cases []decodeCase
 	for _, preset := range []string{"quality", "speed"} {
@@ -36,11 +37,15 @@ func decodeCases() []decodeCase {
 	ar := diffusion.Quality
 	ar.Mode = diffusion.Autoregressive
 	cases = append(cases, decodeCase{"autoregressive", ar})
-	for i := range cases {
-		cases[i].cfg.MaxNewTokens = *newTokens
-		cases[i].cfg.BlocksPerReadback = 16
+	var kept []decodeCase
+	for _, c := range cases {
+		if strings.Contains(c.name, *decodeOnly) {
+			c.cfg.MaxNewTokens = *newTokens
+			c.cfg.BlocksPerReadback = 16
+			kept = append(kept, c)
+		}
 	}
-	return cases
+	return kept
 }
 
 // benchDecode times whole generations: prompts of -context tokens, -new tokens each.

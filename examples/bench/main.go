@@ -43,6 +43,7 @@ var (
 	steps        = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar, ar-padded")
 	loopExit     = flag.String("loop-exit", "count", "how a step loop ends: count (a constant trip count XLA can see) or data (also on a test of the tokens that always passes, as the decoder's loop ends on its state)")
 	batches      = flag.String("batches", "1,8,64", "batch sizes for decoding")
+	decodeOnly   = flag.String("decode", "", "time only the decoding cases whose name contains this (e.g. autoregressive; default: all)")
 	newTokens    = flag.Int("new", 256, "tokens generated per prompt when decoding")
 	jsonOut      = flag.String("json", "", "also write the results as JSON to this file")
 	fp8          = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
