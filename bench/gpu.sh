@@ -371,6 +371,13 @@ trace() {
   (cd "$OUT" && tar czf xla-traced.tgz xla-* && rm -rf xla-*/)
 }
 
+prefills() {
+  # prefills BENCH [FLAGS...]: the 512- and 2048-token prefill rows of the bench binary
+  # BENCH on bdxla-gemv.
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 "$1" -only prefill "${@:2}" 2>&1 |
+    grep -E 'prefill [0-9]+ tokens'
+}
+
 prefillflags() {
   # The 512- and 2048-token prefills on bdxla-gemv under XLA flags that change its GEMMs,
   # default and cuBLAS alternating (~150 s): cuBLAS in place of XLA's Triton GEMMs (its
@@ -382,8 +389,7 @@ prefillflags() {
     dump=""
     [ "$flags" = --xla_gpu_enable_triton_gemm=false ] && [ ! -d "$OUT/xla-cublas" ] &&
       dump="--xla_dump_to=$OUT/xla-cublas --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*prefill.*"
-    GOMLX_BACKEND=$(backend_config bdxla-gemv) XLA_FLAGS="$flags${dump:+ $dump}" timeout 120 .gpu/bin/bench -only prefill 2>&1 |
-      grep -E 'prefill [0-9]+ tokens'
+    XLA_FLAGS="$flags${dump:+ $dump}" prefills .gpu/bin/bench
   done
   find "$OUT"/xla-cublas -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
   (cd "$OUT" && tar czf xla-cublas.tgz xla-cublas && rm -rf xla-cublas)
@@ -422,8 +428,7 @@ prefillab() {
   for round in 1 2; do
     for v in . ${VARIANTS:-}; do
       section "prefill, build ${v/./this one}, round $round"
-      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 100 ".gpu/bin/${v//\//_}/bench" -only prefill 2>&1 |
-        grep -E 'prefill [0-9]+ tokens'
+      prefills ".gpu/bin/${v//\//_}/bench"
     done
   done
 }
@@ -432,8 +437,7 @@ hostcost() {
   # Where the host's time goes around one prefill execution: a Go CPU profile of the
   # prefills (bench -cpuprofile; go tool pprof -top -focus runAndWait on it) (~40 s).
   section "prefill with a CPU profile"
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 .gpu/bin/bench -only prefill -cpuprofile "$OUT/prefill.pprof" 2>&1 |
-    grep -E 'prefill [0-9]+ tokens'
+  prefills .gpu/bin/bench -cpuprofile "$OUT/prefill.pprof"
 }
 
 profile() {

@@ -213,6 +213,19 @@ func requireClose(t *testing.T, what string, got, want *tensors.Tensor, tol floa
 	}
 }
 
+// maxAbsDiff is the largest absolute difference between two tensors' elements, as
+// float64s.
+func maxAbsDiff(t *testing.T, got, want *tensors.Tensor) float64 {
+	t.Helper()
+	g, w := float64s(t, got), float64s(t, want)
+	require.Len(t, g, len(w))
+	worst := 0.0
+	for i := range w {
+		worst = max(worst, math.Abs(g[i]-w[i]))
+	}
+	return worst
+}
+
 func float64s(t *testing.T, x *tensors.Tensor) []float64 {
 	t.Helper()
 	var out []float64
@@ -531,11 +544,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				return []*Node{out}
 			}
 			got, want := execOnBoth(t, onPlugin, fused, onGo, plain, inputs...)
-			g, w := float64s(t, got[0]), float64s(t, want[0])
-			worst := 0.0
-			for i := range w {
-				worst = max(worst, math.Abs(g[i]-w[i]))
-			}
+			worst := maxAbsDiff(t, got[0], want[0])
 			t.Logf("max |cuDNN - plain|: %.2g", worst)
 			require.LessOrEqual(t, worst, 1e-2)
 		})
@@ -645,11 +654,7 @@ func TestCuDNNStatsAreLogSumExp(t *testing.T) {
 	}
 	got, want := execOnBoth(t, onPlugin, fused, onGo, plain, randomBF16(rng, []int{b, n, heads, d}, 1),
 		randomBF16(rng, []int{b, n, kvHeads, d}, 1), randomBF16(rng, []int{b, n, kvHeads, d}, 1))
-	g, w := float64s(t, got[0]), float64s(t, want[0])
-	worst := 0.0
-	for i := range w {
-		worst = max(worst, math.Abs(g[i]-w[i]))
-	}
+	worst := maxAbsDiff(t, got[0], want[0])
 	t.Logf("max |cuDNN's statistics - log-sum-exp|: %.2g", worst)
 	require.LessOrEqual(t, worst, 1e-2)
 }
