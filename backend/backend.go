@@ -33,7 +33,11 @@ var cudaPluginRelPath = filepath.Join("jax_plugins", "xla_cuda13", "xla_cuda_plu
 // every step, prefill and decoding figure of the H200 or less, ran autoregressive
 // decoding at batch 1 7 % faster with its Triton GEMVs, and passes the decoder's and
 // FP8's fixture tests (BENCHMARKS.md, runs T, Y, Z and AA-AE).
-const cudaBackend = "bdxla:"
+const cudaBackend = ourBackend + ":"
+
+// ourBackend is the name our StableHLO backend registers under: hlo.BackendName, which
+// this file cannot import (package backend/hlo needs cgo).
+const ourBackend = "bdxla"
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
 // preallocating device memory made large outputs 2-3x faster to allocate on the H200;
@@ -58,7 +62,7 @@ func (c Choice) IsXLA() bool {
 // its names and aliases, or ours ("bdxla").
 func runsOnXLA(name string) bool {
 	switch name {
-	case "xla", "stablehlo", "shlo", "hlo", "pjrt", "bdxla":
+	case "xla", "stablehlo", "shlo", "hlo", "pjrt", ourBackend:
 		return true
 	}
 	return false
@@ -223,5 +227,5 @@ func FusesElementwise(b compute.Backend) bool {
 // prefill by parts): yes on our own backend ("bdxla"), whose state is cuDNN's softmax
 // statistics.
 func AttentionLogSumExp(b compute.Backend) bool {
-	return b.String() == "bdxla"
+	return b.String() == ourBackend
 }
