@@ -65,6 +65,9 @@ func (b *Builder) Compile() (compute.Executable, error) {
 	if !b.main.returned {
 		return nil, errors.New("hlo: compiling before the main function returned")
 	}
+	if err := b.main.aliasInPlace(); err != nil {
+		return nil, fmt.Errorf("hlo: compiling %q: %w", b.name, err)
+	}
 	text, err := b.module.Build()
 	if err != nil {
 		return nil, fmt.Errorf("hlo: writing the StableHLO of %q: %w", b.name, err)

@@ -2,7 +2,11 @@
 
 package hlo
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/gomlx/compute"
+)
 
 // WithOptions returns a backend on b's client and device that builds programs with the
 // options of list (as after a configuration's plugin path; no client options): the GPU
@@ -19,4 +23,17 @@ func WithOptions(b *Backend, list string) (*Backend, error) {
 	c := &Backend{plugin: b.plugin, client: b.client, device: b.device}
 	o.apply(c)
 	return c, nil
+}
+
+// DeviceAddress returns where a buffer of this backend lies in device memory.
+func DeviceAddress(b compute.Buffer) (uintptr, error) {
+	buf, ok := b.(*Buffer)
+	if !ok {
+		return 0, errors.New("hlo: not a buffer of this backend")
+	}
+	if err := buf.valid(); err != nil {
+		return 0, err
+	}
+	p, err := buf.device.UnsafePointer()
+	return uintptr(p), err
 }

@@ -658,3 +658,45 @@ func TestCuDNNStatsAreLogSumExp(t *testing.T) {
 	t.Logf("max |cuDNN's statistics - log-sum-exp|: %.2g", worst)
 	require.LessOrEqual(t, worst, 1e-2)
 }
+
+// A parameter named for an output (hlo.InPlaceMarker) lends that output its buffer when
+// donated, so that a program fed its own outputs keeps its buffers' addresses; undonated,
+// it is copied first and left as it was.
+func TestInPlaceOutputTakesDonatedBuffer(t *testing.T) {
+	onPlugin, _ := backends(t)
+	g := NewGraph(onPlugin, "in_place")
+	state := Parameter(g, "state"+hlo.InPlaceMarker+"0", shapes.Make(dtypes.Float32, 1024))
+	step := Parameter(g, "step", shapes.Make(dtypes.Float32))
+	require.NoError(t, g.Compile(Add(state, step)))
+	defer g.Finalize()
+
+	run := func(x *tensors.Tensor, donate bool) (in, out uintptr, result *tensors.Tensor) {
+		t.Helper()
+		buf, err := x.Buffer(onPlugin, 0)
+		if donate {
+			buf, err = x.DonateBuffer(onPlugin, 0)
+		}
+		require.NoError(t, err)
+		in, err = hlo.DeviceAddress(buf)
+		require.NoError(t, err)
+		s, err := tensors.FromScalar(float32(1)).Buffer(onPlugin, 0)
+		require.NoError(t, err)
+		result = g.RunWithBuffers([]compute.Buffer{buf, s}, []bool{donate, false}, 0)[0]
+		outBuf, err := result.Buffer(onPlugin, 0)
+		require.NoError(t, err)
+		out, err = hlo.DeviceAddress(outBuf)
+		require.NoError(t, err)
+		return in, out, result
+	}
+	x := tensors.FromValue(ramp(1024))
+	in, out, y := run(x, false)
+	require.NotEqual(t, in, out, "undonated, the output needs a buffer of its own")
+	require.Equal(t, ramp(1024), tensors.MustCopyFlatData[float32](x), "undonated, the input is left as it was")
+	in, out, z := run(y, true)
+	require.Equal(t, in, out, "donated, the output is written in place")
+	want := ramp(1024)
+	for i := range want {
+		want[i] = want[i] + 1 + 1 // two executions, each rounding
+	}
+	require.Equal(t, want, tensors.MustCopyFlatData[float32](z))
+}
