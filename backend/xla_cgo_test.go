@@ -15,6 +15,7 @@ import (
 // "bdxla" names our backend: only ours reports a missing plugin this way.
 func TestBDXLAIsOurBackend(t *testing.T) {
 	require.Equal(t, hlo.BackendName, ourBackend)
+	require.Equal(t, hlo.InPlaceMarker, InPlaceMarker)
 	require.True(t, AttentionLogSumExp(hlo.NewBuildOnly()))
 	_, err := NewWithConfig("bdxla:/nonexistent/plugin.so")
 	require.ErrorContains(t, err, "hlo: loading the PJRT plugin")

@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/exceptions"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Weights are the model's parameters as nodes of one graph under construction, in the
@@ -90,19 +92,41 @@ type Program struct {
 	g       *Graph
 	inputs  []shapes.Shape
 	weights []*tensors.Tensor
+	inPlace map[int]int // input -> the output written into its buffer (see InPlace)
 }
 
 // BuildFunc builds a graph's outputs from the model's weights and its inputs.
 type BuildFunc func(w *Weights, inputs []*Node) []*Node
 
+// ProgramOption configures [Model.Compile] and [Model.CachedProgram].
+type ProgramOption func(*Program)
+
+// InPlace makes output take the device memory of input, which must have its shape:
+// [Program.Run] donates that input (its tensor is consumed), and our backend writes the
+// output into it (backend.InPlaceMarker; others may reuse donated memory as they see
+// fit). A loop that feeds a program's outputs back as its inputs then keeps its buffers
+// from one execution to the next, so that XLA need not update its CUDA graphs for new
+// addresses each time (about 4 ms per execution of the decoder's loop on the H200,
+// BENCHMARKS.md).
+func InPlace(input, output int) ProgramOption {
+	return func(p *Program) { p.inPlace[input] = output }
+}
+
 // Compile builds and compiles a program over the given input shapes.
-func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc) (*Program, error) {
+func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc, opts ...ProgramOption) (*Program, error) {
 	g := NewGraph(m.backend, name)
-	p := &Program{model: m, g: g, inputs: inputs, weights: m.params()}
+	p := &Program{model: m, g: g, inputs: inputs, weights: m.params(), inPlace: map[int]int{}}
+	for _, o := range opts {
+		o(p)
+	}
 	err := exceptions.TryCatch[error](func() {
 		inputNodes := make([]*Node, len(inputs))
 		for i, s := range inputs {
-			inputNodes[i] = Parameter(g, fmt.Sprintf("input_%d", i), s)
+			param := fmt.Sprintf("input_%d", i)
+			if out, ok := p.inPlace[i]; ok {
+				param += fmt.Sprintf("%s%d", backend.InPlaceMarker, out)
+			}
+			inputNodes[i] = Parameter(g, param, s)
 		}
 		w := &Weights{Model: m, order: p.weights, nodes: make(map[*tensors.Tensor]*Node, len(p.weights))}
 		for i, t := range p.weights {
@@ -110,6 +134,9 @@ func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc) (*P
 		}
 		w.Embed, w.RopeInvFreq = w.nodes[m.Embed], w.nodes[m.ropeInvFreq]
 		outputs := build(w, inputNodes)
+		if err := p.checkInPlace(outputs); err != nil {
+			panic(err)
+		}
 		if err := g.Compile(outputs...); err != nil {
 			panic(err)
 		}
@@ -121,33 +148,66 @@ func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc) (*P
 	return p, nil
 }
 
-// CachedProgram returns the program compiled under key, compiling it with [Model.Compile]
-// on first use. Keys must identify what the build computes and its input shapes.
-func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc) (*Program, error) {
-	return m.programs.get(key, func() (*Program, error) { return m.Compile(key, inputs, build) })
+// checkInPlace checks the InPlace pairs against the inputs and the built outputs.
+func (p *Program) checkInPlace(outputs []*Node) error {
+	taken := map[int]int{}
+	for in, out := range p.inPlace {
+		if in < 0 || in >= len(p.inputs) || out < 0 || out >= len(outputs) {
+			return fmt.Errorf("InPlace(%d, %d): the program has %d inputs and %d outputs", in, out, len(p.inputs), len(outputs))
+		}
+		if !p.inputs[in].Equal(outputs[out].Shape()) {
+			return fmt.Errorf("InPlace(%d, %d): input %s, output %s", in, out, p.inputs[in], outputs[out].Shape())
+		}
+		if other, dup := taken[out]; dup {
+			return fmt.Errorf("InPlace(%d, %d) and InPlace(%d, %d) share an output", other, out, in, out)
+		}
+		taken[out] = in
+	}
+	return nil
 }
 
-// Run executes the program. The outputs stay on the device until read.
+// CachedProgram returns the program compiled under key, compiling it with [Model.Compile]
+// on first use. Keys must identify what the build computes, its input shapes and its
+// options.
+func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc, opts ...ProgramOption) (*Program, error) {
+	return m.programs.get(key, func() (*Program, error) { return m.Compile(key, inputs, build, opts...) })
+}
+
+// Run executes the program. The outputs stay on the device until read. Inputs the
+// program updates in place ([InPlace]) are consumed: their tensors keep no device
+// buffer afterwards (nor any value, unless they also hold one on the host).
 func (p *Program) Run(inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
 	if len(inputs) != len(p.inputs) {
 		return nil, fmt.Errorf("model: program %s takes %d inputs, got %d", p.g.Name(), len(p.inputs), len(inputs))
 	}
-	backend := p.model.backend
-	buffers := make([]compute.Buffer, len(inputs)+len(p.weights))
+	b := p.model.backend
 	for i, t := range inputs {
 		if !t.Shape().Equal(p.inputs[i]) {
 			return nil, fmt.Errorf("model: program %s input %d has shape %s, want %s", p.g.Name(), i, t.Shape(), p.inputs[i])
 		}
-		if buffers[i], err = t.Buffer(backend, 0); err != nil {
-			return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
+	}
+	buffers := make([]compute.Buffer, len(inputs)+len(p.weights))
+	donate := make([]bool, len(buffers))
+	for i, t := range inputs {
+		// Donated last, so that an error leaves every input as it was.
+		if _, ok := p.inPlace[i]; !ok {
+			if buffers[i], err = t.Buffer(b, 0); err != nil {
+				return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
+			}
 		}
 	}
 	for i, t := range p.weights {
-		if buffers[len(inputs)+i], err = t.Buffer(backend, 0); err != nil {
+		if buffers[len(inputs)+i], err = t.Buffer(b, 0); err != nil {
 			return nil, fmt.Errorf("model: program %s weight %d: %w", p.g.Name(), i, err)
 		}
 	}
-	err = exceptions.TryCatch[error](func() { outputs = p.g.RunWithBuffers(buffers, make([]bool, len(buffers)), 0) })
+	for i := range p.inPlace {
+		if buffers[i], err = inputs[i].DonateBuffer(b, 0); err != nil {
+			return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
+		}
+		donate[i] = true
+	}
+	err = exceptions.TryCatch[error](func() { outputs = p.g.RunWithBuffers(buffers, donate, 0) })
 	if err != nil {
 		return nil, fmt.Errorf("model: running %s: %w", p.g.Name(), err)
 	}
