@@ -215,7 +215,12 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	if err != nil {
 		return nil, err
 	}
-	defer func() { freeAll(state) }()
+	// The first chunk's read-back inputs: their values are unused.
+	var read []*tensors.Tensor
+	for _, s := range chunkReadShapes(b, B, capacity, maxIters) {
+		read = append(read, tensors.FromShape(s))
+	}
+	defer func() { freeAll(state); freeAll(read) }()
 	stats.Execs++
 	// Wait for the prefill so its time is measured apart from decoding.
 	if _, err := state[numStateNodes-1].ValueSafe(); err != nil { // remasks: a small tensor
@@ -239,15 +244,15 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		if run > maxRuns {
 			return nil, fmt.Errorf("diffusion: internal error: generation unfinished after %d executions", run)
 		}
-		out, err := chunk.Run(append(common, state...)...)
+		// The chunk consumes state and read (see chunkProgram).
+		out, err := chunk.Run(slices.Concat(common, state, read)...)
 		if err != nil {
 			return nil, err
 		}
 		stats.Execs++
-		freeAll(state)
 		n := len(state)
-		state = out[:n]
-		sum, revealed, starts, iters := out[n], out[n+1], out[n+2], out[n+3]
+		state, read = out[:n], out[n:]
+		sum, revealed, starts, iters := read[0], read[1], read[2], read[3]
 		rows, err := tensors.CopyFlatData[int32](sum)
 		stats.Readbacks++
 		if err != nil {
@@ -258,7 +263,6 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 				return nil, err
 			}
 		}
-		freeAll(out[n:])
 		allDone := true
 		for i, p := range prompts {
 			row := rows[i*(capacity+summaryCols) : (i+1)*(capacity+summaryCols)]
@@ -380,14 +384,29 @@ func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error)
 }
 
 // chunkProgram compiles (once) a chunk of at most maxIters iterations, inside a While
-// when inWhile.
+// when inWhile. Its inputs are the state and the previous chunk's read-back outputs
+// (see chunkReadShapes), its outputs the same, each written in place of its input:
+// chunk after chunk, every buffer keeps its address, and XLA need not update the loop's
+// CUDA graphs for new ones (BENCHMARKS.md). The read-back inputs' values are unused.
 func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.Program, error) {
 	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
-	return d.program(key, stateShapes(d.m, b, d.loop.block, capacity),
-		func(w *model.Weights, p params, in []*Node) []*Node {
-			s, revealed, starts, iters := d.loop.chunk(w, p, fromNodes(in), maxIters, inWhile)
-			return append(s.nodes(), summary(s), revealed, starts, iters)
-		})
+	state := stateShapes(d.m, b, d.loop.block, capacity)
+	inputs := append(state, chunkReadShapes(b, d.loop.block, capacity, maxIters)...)
+	opts := make([]model.ProgramOption, len(inputs))
+	for i := range inputs {
+		opts[i] = model.InPlace(numParams+i, i)
+	}
+	return d.program(key, inputs, func(w *model.Weights, p params, in []*Node) []*Node {
+		s, revealed, starts, iters := d.loop.chunk(w, p, fromNodes(in[:len(state)]), maxIters, inWhile)
+		return append(s.nodes(), summary(s), revealed, starts, iters)
+	}, opts...)
+}
+
+// chunkReadShapes are the shapes of what the host reads after a chunk: the summary, the
+// tokens revealed per iteration, the block starts per iteration and the iterations run.
+func chunkReadShapes(b, block, capacity, maxIters int) []shapes.Shape {
+	return []shapes.Shape{shapes.Make(dtypes.Int32, b, capacity+summaryCols), shapes.Make(dtypes.Int32, maxIters, b, block),
+		shapes.Make(dtypes.Int32, maxIters, b), shapes.Make(dtypes.Int32)}
 }
 
 // programBuild builds a program's outputs from the weights, the common parameters and
@@ -395,8 +414,8 @@ func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.
 type programBuild func(w *model.Weights, p params, in []*Node) []*Node
 
 // program returns a compiled program, compiling it on first use. Its inputs are the
-// parameters (see [params]) followed by inputs.
-func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild) (*model.Program, error) {
+// parameters (see [params]) followed by inputs; opts count inputs so too.
+func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild, opts ...model.ProgramOption) (*model.Program, error) {
 	l := d.loop
 	b := inputs[0].Dimensions[0]
 	scalar := func(dt dtypes.DType) shapes.Shape { return shapes.Make(dt) }
@@ -407,8 +426,8 @@ func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild)
 	}, inputs...)
 	key = fmt.Sprintf("diffusion/%s/%d/%d/%t/%t/%t/%s", l.mode, l.block, l.window, l.sampling, l.topK, l.topP, key)
 	return d.m.CachedProgram(key, all, func(w *model.Weights, in []*Node) []*Node {
-		return build(w, paramsFrom(in[:10]), in[10:])
-	})
+		return build(w, paramsFrom(in[:numParams]), in[numParams:])
+	}, opts...)
 }
 
 func freeAll(ts []*tensors.Tensor) {

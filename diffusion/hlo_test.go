@@ -3,6 +3,7 @@
 package diffusion
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -30,6 +31,14 @@ func TestProgramsBuildOnHLO(t *testing.T) {
 			chunk, err := d.chunkProgram(2, 128, 7, true)
 			require.NoError(t, err)
 			requireStableHLO(t, chunk, true)
+			// Every output of a chunk is written in place of an input (chunkProgram).
+			text, err := hlo.Program(chunk.Graph().Executable())
+			require.NoError(t, err)
+			outputs := len(chunk.Graph().Executable().Outputs())
+			require.Equal(t, outputs, strings.Count(string(text), "tf.aliasing_output"))
+			for i := range outputs {
+				require.Contains(t, string(text), fmt.Sprintf("tf.aliasing_output = %d : i32", i))
+			}
 		})
 	}
 }

@@ -51,6 +51,9 @@ func (p params) nodes() []*Node {
 	return []*Node{p.promptLen, p.maxNew, p.seed, p.threshold, p.minReveal, p.stops, p.schedule, p.temperature, p.topK, p.topP}
 }
 
+// numParams is the number of params' nodes.
+const numParams = 10
+
 func paramsFrom(n []*Node) params {
 	return params{promptLen: n[0], maxNew: n[1], seed: n[2], threshold: n[3], minReveal: n[4],
 		stops: n[5], schedule: n[6], temperature: n[7], topK: n[8], topP: n[9]}
