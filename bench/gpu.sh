@@ -23,6 +23,8 @@
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe),
+# arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
+# (batch-1 decoding of builds of VARIANTS),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -336,13 +338,15 @@ trace() {
   # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
   # TRACE_STEPS="ar fused prefill decode" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps
   # (the bench's 512- and 2048-token prefills, the decoder's AR loop), cache, no peer;
-  # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c).
+  # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c);
+  # TRACE_LOOP_EXIT=data: the step loops end on data (bench -loop-exit); TRACE_BUILD=REF:
+  # the bench of a build of VARIANTS (bench/build-gpu.sh).
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
-  local step what opener per group
+  local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
   for step in ${TRACE_STEPS:-ar denoise}; do
     section "our $step step traced"
-    what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}") group=()
+    what=(-only steps -steps "$step" -iters 20 -capacity "${TRACE_CAPACITY:-528}" -loop-exit "${TRACE_LOOP_EXIT:-count}") group=()
     # A prefill's kernels are grouped by time (a host read separates runs), which also
     # lists the host's calls before each run (CUPTI_TRACE_API=1).
     [ "$step" = prefill ] && what=(-only prefill) group=(--bursts 50)
@@ -354,7 +358,7 @@ trace() {
     [ "$step" = ar ] || [ "$step" = decode ] && opener=input_add_reduce_fusion per=1
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
-      timeout 90 .gpu/bin/bench "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^autoregressive' | grep -v compiled
+      timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^autoregressive' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
       --layer "$opener" --layer-kernels "$per" "${group[@]}"
@@ -369,6 +373,37 @@ trace() {
   gzip -f "$OUT"/trace-*.tsv
   find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
   (cd "$OUT" && tar czf xla-traced.tgz xla-* && rm -rf xla-*/)
+}
+
+arloop() {
+  # What the decoder's autoregressive loop pays for an exit that depends on its state
+  # (runs AZ-BB: 2.50 ms per token against 2.21 ms for the bare step): the bench's AR
+  # step loop over a cache of 1024 slots (the decoder's below) with a counted and a
+  # data-dependent exit, then batch-1 autoregressive decoding of this build and of the
+  # builds of VARIANTS (decodeab) (~250 s).
+  local round exit
+  for round in 1 2; do
+    for exit in count data; do
+      section "AR step loop, exit on $exit, round $round"
+      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 1024 \
+        -loop-exit "$exit" 2>&1 | grep 'device loop' | grep -v compiled
+    done
+  done
+  DECODE=autoregressive decodeab
+}
+
+decodeab() {
+  # Batch-1 decoding of this build and of the builds of VARIANTS on bdxla-gemv,
+  # alternating, ROUNDS rounds (default 2); DECODE picks cases (bench -decode, e.g.
+  # autoregressive; default all: ~80 s per build and round).
+  local round v
+  for round in $(seq "${ROUNDS:-2}"); do
+    for v in . ${VARIANTS:-}; do
+      section "decoding at batch 1, build ${v/./this one}, round $round"
+      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 ".gpu/bin/${v//\//_}/bench" -only decode -batches 1 \
+        -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+    done
+  done
 }
 
 prefills() {
