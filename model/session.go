@@ -111,8 +111,13 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 	cacheShape := m.CacheShape(1, s.capacity)
 	vec := shapes.Make(dtypes.Int32, 1)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), vec}
-	for range 2 * m.Config.NumLayers {
+	var inPlace []ProgramOption
+	for i := range 2 * m.Config.NumLayers {
 		inputs = append(inputs, cacheShape)
+		if write {
+			// The cache is updated where it lies (see InPlace).
+			inPlace = append(inPlace, InPlace(2+i, 1+i))
+		}
 	}
 	p, err := m.CachedProgram(key, inputs, func(wt *Weights, in []*Node) []*Node {
 		win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: s.blockSize}
@@ -127,7 +132,7 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 			return []*Node{logits} // An unchanged cache would be copied out.
 		}
 		return append([]*Node{logits}, cache.Nodes()...)
-	})
+	}, inPlace...)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +142,7 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 		return nil, err
 	}
 	if write {
-		old := s.cache
+		old := s.cache // consumed by the run
 		s.cache = CacheFromTensors(out[1:])
 		old.Free()
 		s.length += w
