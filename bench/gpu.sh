@@ -396,12 +396,25 @@ decodeab() {
   # Batch-1 decoding of this build and of the builds of VARIANTS on bdxla-gemv,
   # alternating, ROUNDS rounds (default 2); DECODE picks cases (bench -decode, e.g.
   # autoregressive; default all: ~80 s per build and round).
+  alternate "decoding at batch 1" decodes
+}
+
+decodes() {
+  # decodes BENCH: batch-1 decoding rows of the bench binary BENCH on bdxla-gemv, the
+  # cases of DECODE.
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 "$1" -only decode -batches 1 -decode "${DECODE:-}" 2>&1 |
+    grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+}
+
+alternate() {
+  # alternate WHAT FN: FN BENCH for the bench binary of this build, then of each build
+  # of VARIANTS="ref ..." (bench/build-gpu.sh), ROUNDS rounds (default 2), so that
+  # builds compare on one machine at about the same time.
   local round v
   for round in $(seq "${ROUNDS:-2}"); do
     for v in . ${VARIANTS:-}; do
-      section "decoding at batch 1, build ${v/./this one}, round $round"
-      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 ".gpu/bin/${v//\//_}/bench" -only decode -batches 1 \
-        -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+      section "$1, build ${v/./this one}, round $round"
+      "$2" ".gpu/bin/${v//\//_}/bench"
     done
   done
 }
@@ -458,14 +471,9 @@ attnbench() {
 
 prefillab() {
   # The prefills of this build against those of the builds of VARIANTS="ref ..."
-  # (bench/build-gpu.sh), alternating, two rounds (~25 s per build and round).
-  local round v
-  for round in 1 2; do
-    for v in . ${VARIANTS:-}; do
-      section "prefill, build ${v/./this one}, round $round"
-      prefills ".gpu/bin/${v//\//_}/bench"
-    done
-  done
+  # (bench/build-gpu.sh), alternating, ROUNDS rounds (default 2; ~25 s per build and
+  # round).
+  alternate prefill prefills
 }
 
 hostcost() {
