@@ -391,7 +391,7 @@ func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error)
 func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.Program, error) {
 	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
 	state := stateShapes(d.m, b, d.loop.block, capacity)
-	inputs := append(state, chunkReadShapes(b, d.loop.block, capacity, maxIters)...)
+	inputs := slices.Concat(state, chunkReadShapes(b, d.loop.block, capacity, maxIters))
 	opts := make([]model.ProgramOption, len(inputs))
 	for i := range inputs {
 		opts[i] = model.InPlace(numParams+i, i)

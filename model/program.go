@@ -189,7 +189,8 @@ func (p *Program) Run(inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err
 	buffers := make([]compute.Buffer, len(inputs)+len(p.weights))
 	donate := make([]bool, len(buffers))
 	for i, t := range inputs {
-		// Donated last, so that an error leaves every input as it was.
+		// Donated last, so that an error reading another input or a weight leaves every
+		// input as it was.
 		if _, ok := p.inPlace[i]; !ok {
 			if buffers[i], err = t.Buffer(b, 0); err != nil {
 				return nil, fmt.Errorf("model: program %s input %d: %w", p.g.Name(), i, err)
