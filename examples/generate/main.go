@@ -189,7 +189,11 @@ func decodeConfig() (diffusion.Config, error) {
 }
 
 func printStats(s diffusion.Stats, cfg diffusion.Config) {
-	fmt.Fprintf(os.Stderr, "\n%s mode, block %d, threshold %g, min reveal %d\n", cfg.Mode, cfg.BlockSize, cfg.Threshold, cfg.MinReveal)
+	if cfg.Mode == diffusion.Autoregressive { // one token per forward: block size and thresholds do not apply
+		fmt.Fprintf(os.Stderr, "\n%s mode\n", cfg.Mode)
+	} else {
+		fmt.Fprintf(os.Stderr, "\n%s mode, block %d, threshold %g, min reveal %d\n", cfg.Mode, cfg.BlockSize, cfg.Threshold, cfg.MinReveal)
+	}
 	fmt.Fprintf(os.Stderr, "finish: %s, %d tokens, %d forwards (%.2f tokens per forward: %d denoise steps, %d commits, %d remasks)\n",
 		s.Finish, s.Tokens, s.Forwards, s.TokensPerForward, s.DenoiseSteps, s.Commits, s.Remasks)
 	fmt.Fprintf(os.Stderr, "prefill %s, decode %s, %.1f tokens/s, %d executions and %d host reads\n",
