@@ -161,6 +161,8 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 	// position before each: window index blockStart-1+j-start.
 	logitIdx := Add(InsertAxes(Sub(SubScalar(s.blockStart, 1), start), -1), rowIota(g, B+1))
 	logitIdx = MinScalar(MaxScalar(logitIdx, 0), W-1)
+	counters := Add(MulScalar(ConvertDType(InsertAxes(s.forwards, -1), dtypes.Uint32), B+1),
+		ConvertDType(rowIota(g, B+1), dtypes.Uint32))
 	win := model.Window{
 		Tokens:       readAt(s.seq, start, W),
 		Start:        start,
@@ -169,10 +171,24 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 		BlockSize:    B,
 		LogitIndices: logitIdx,
 	}
+	autoregressive := !fused && B == 1
+	if autoregressive {
+		// A one-token block is clean once placed, so every active row is pending here
+		// and writes its token: a constant WriteLen says so, and lets XLA place the key
+		// and value once, for the attention and the cache, rather than select the whole
+		// cache again at the end of each iteration (done rows' caches are never read).
+		// Only the last candidate, the next token, is used: the head and the pick run
+		// on that position alone (both indices are 0 anyway).
+		win.WriteLen = OnesLike(s.blockStart)
+		win.LogitIndices = SliceAxis(logitIdx, -1, AxisElem(B))
+		counters = SliceAxis(counters, -1, AxisElem(B))
+	}
 	logits, cache := l.m.Forward(w, win, s.cache, nil)
-	counters := Add(MulScalar(ConvertDType(InsertAxes(s.forwards, -1), dtypes.Uint32), B+1),
-		ConvertDType(rowIota(g, B+1), dtypes.Uint32))
-	cand, conf := l.pick(p, logits, counters) // [b, B+1]
+	cand, conf := l.pick(p, logits, counters) // [b, B+1], or [b, 1] when autoregressive
+	if autoregressive {
+		b := cand.Shape().Dimensions[0]
+		cand, conf = BroadcastToDims(cand, b, B+1), BroadcastToDims(conf, b, B+1)
+	}
 
 	n := *s
 	n.cache = cache
