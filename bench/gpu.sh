@@ -340,7 +340,8 @@ trace() {
   # (the bench's 512- and 2048-token prefills, the decoder's AR loop), cache, no peer;
   # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c);
   # TRACE_LOOP_EXIT=data: the step loops end on data (bench -loop-exit); TRACE_BUILD=REF:
-  # the bench of a build of VARIANTS (bench/build-gpu.sh).
+  # the bench of a build of VARIANTS (bench/build-gpu.sh); TRACE_DECODE=NAME: the decoding
+  # case the decode step traces (bench -decode; default autoregressive).
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -350,15 +351,17 @@ trace() {
     # A prefill's kernels are grouped by time (a host read separates runs), which also
     # lists the host's calls before each run (CUPTI_TRACE_API=1).
     [ "$step" = prefill ] && what=(-only prefill) group=(--bursts 50)
-    # The decoder's autoregressive loop at batch 1: its body beside the bare AR step's.
-    [ "$step" = decode ] && what=(-only decode -batches 1 -decode autoregressive -new 64)
+    # The decoder's loop at batch 1 (autoregressive unless TRACE_DECODE names another
+    # case): its body beside the bare step's.
+    [ "$step" = decode ] && what=(-only decode -batches 1 -decode "${TRACE_DECODE:-autoregressive}" -new 64)
     # A layer opens with its first norm: a fusion of its own kind in the AR step; of the
     # MLP norm's kind elsewhere, so there a layer spans two of them.
     opener=input_multiply_reduce_fusion per=2
-    [ "$step" = ar ] || [ "$step" = decode ] && opener=input_add_reduce_fusion per=1
+    [ "$step" = ar ] || [ "$step:${TRACE_DECODE:-autoregressive}" = decode:autoregressive ] &&
+      opener=input_add_reduce_fusion per=1
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
-      timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^autoregressive' | grep -v compiled
+      timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
       --layer "$opener" --layer-kernels "$per" "${group[@]}"
