@@ -183,7 +183,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
 		b, w := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
 		switch {
-		case fuses && inSlots(b):
+		case fuses && inSlots(b, w):
 			// Slot i holds position i: the window's slots are seen block-causally.
 			slotBlock := DivScalar(slots, float64(win.BlockSize))
 			if win.BlockSize == 1 {
@@ -191,7 +191,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 			}
 			start := InsertAxes(win.Start, -1)
 			inWindow := LogicalAnd(GreaterOrEqual(slots, start), LessThan(slots, AddScalar(start, float64(w)))) // [b, s]
-			seen := LessOrEqual(InsertAxes(slotBlock, 1), InsertAxes(block, -1))                            // [b, w, s]
+			seen := LessOrEqual(InsertAxes(slotBlock, 1), InsertAxes(block, -1))                                // [b, w, s]
 			m.inSlots = LogicalOr(InsertAxes(m.cache, 1), LogicalAnd(InsertAxes(inWindow, 1), seen))
 			m.inSlots = Reshape(m.inSlots, b, 1, w, 1, s)
 		case fuses && inOwnSlot(cache.K[0].Shape(), w):
@@ -231,10 +231,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	switch {
 	case mask.inSlots != nil:
 		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
-		newCache = cache
-		if win.WriteLen != nil {
-			newCache = &layerKV{k: keys, v: values}
-		}
+		newCache = &layerKV{k: keys, v: values}
 	case mask.ownSlot != nil:
 		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
 		newCache = cache
@@ -298,15 +295,16 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
 }
 
-// inSlots reports whether a window over the cache of b rows writes all its keys and
-// values into their slots [Start, Start+w) by one dynamic update and attends over the
-// cache alone: at batch 1 (one start for the update), on backends that fuse elementwise
-// work. A window that writes (WriteLen set) updates the cache in place: no copy of the
-// cache, no concatenation, no scatter. Its slots past Start+WriteLen then hold keys and
-// values of positions it did not commit; they lie past the committed length, where a
-// window attends only to its own slots, written before they are read (see [Cache]).
-// A window that writes nothing attends over an updated copy.
-func inSlots(b int) bool { return b == 1 }
+// inSlots reports whether a window of w positions over the cache of b rows writes all
+// its keys and values into their slots [Start, Start+w) by one dynamic update, in
+// place, and attends over the cache alone: at batch 1 (one start for the update), for
+// windows of more than one position (one-token windows take [inOwnSlot]), on backends
+// that fuse elementwise work. That needs no copy of the cache, no concatenation and no
+// scatter. Its slots past Start+WriteLen (all of them where WriteLen is nil) then hold
+// keys and values of positions it did not commit; they lie past the committed length,
+// where a window attends only to its own slots, written before they are read (see
+// [Cache]).
+func inSlots(b, w int) bool { return b == 1 && w > 1 }
 
 // writeSlots returns the cache [1, kvHeads, s, d] with the window's keys (or values) x
 // [1, w, kvHeads, d] in slots [start, start+w).

@@ -14,9 +14,8 @@ import (
 // Invariant: at batch 2 and more, and on backends that do not fuse elementwise work,
 // slots at or beyond a row's committed length are zero: writes add into them, so every
 // slot must be written once. At batch 1 on backends that fuse elementwise work, a
-// window that reads the cache overwrites its slots and may leave keys of positions it
-// did not commit past the committed length (see Window.WriteLen). A forward pass that
-// writes nothing leaves the cache unchanged.
+// window of several tokens that reads the cache overwrites its slots and leaves keys
+// of positions it did not commit past the committed length (see Window.WriteLen).
 type Cache struct {
 	K, V []*tensors.Tensor
 }
