@@ -183,7 +183,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
 		b, w := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
 		switch {
-		case fuses && inSlots(b, w):
+		case fuses && win.WriteLen != nil && inSlots(b, w):
 			// Slot i holds position i: the window's slots are seen block-causally.
 			slotBlock := DivScalar(slots, float64(win.BlockSize))
 			if win.BlockSize == 1 {
@@ -295,15 +295,17 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
 }
 
-// inSlots reports whether a window of w positions over the cache of b rows writes all
-// its keys and values into their slots [Start, Start+w) by one dynamic update, in
-// place, and attends over the cache alone: at batch 1 (one start for the update), for
-// windows of more than one position (one-token windows take [inOwnSlot]), on backends
-// that fuse elementwise work. That needs no copy of the cache, no concatenation and no
-// scatter. Its slots past Start+WriteLen (all of them where WriteLen is nil) then hold
-// keys and values of positions it did not commit; they lie past the committed length,
-// where a window attends only to its own slots, written before they are read (see
-// [Cache]).
+// inSlots reports whether a window of w positions over the cache of b rows that writes
+// it (WriteLen set) writes all its keys and values into their slots [Start, Start+w)
+// by one dynamic update, in place, and attends over the cache alone: at batch 1 (one
+// start for the update), for windows of more than one position (one-token windows take
+// [inOwnSlot]), on backends that fuse elementwise work. That needs no copy of the
+// cache, no concatenation and no scatter: batch-1 block decoding 11-12 % faster on an
+// H200, the fused step 4 % (runs BI and BJ in BENCHMARKS.md). Its slots past
+// Start+WriteLen then hold keys and values of positions it did not commit; they lie
+// past the committed length, where a window attends only to its own slots, written
+// before they are read (see [Cache]). A window that writes nothing keeps the
+// concatenation: in place it was 2-3 % slower (run BJ), as a copy too (run BI).
 func inSlots(b, w int) bool { return b == 1 && w > 1 }
 
 // writeSlots returns the cache [1, kvHeads, s, d] with the window's keys (or values) x

@@ -22,10 +22,11 @@ type Window struct {
 	// to. Nil when the cache is not read (a prefill into an empty cache).
 	CacheLen *Node
 	// WriteLen [b] int32: keys and values of the first WriteLen tokens are written to
-	// cache slots [Start, Start+WriteLen); nil writes none. At batch 1 on backends that
-	// fuse elementwise work, a window of several tokens that reads the cache also
-	// leaves its other tokens' keys and values in their slots, past the committed
-	// length: a later window over those slots writes its own before attending to them.
+	// cache slots [Start, Start+WriteLen); nil writes nothing. At batch 1 on backends
+	// that fuse elementwise work, a window of several tokens that reads and writes the
+	// cache also leaves its other tokens' keys and values in their slots, past the
+	// committed length: a later window over those slots writes its own before
+	// attending to them.
 	WriteLen *Node
 	// BlockSize of block-causal attention: position p sees position q iff
 	// q/BlockSize <= p/BlockSize (1 is causal attention).
