@@ -300,8 +300,8 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 // by one dynamic update, in place, and attends over the cache alone: at batch 1 (one
 // start for the update), for windows of more than one position (one-token windows take
 // [inOwnSlot]), on backends that fuse elementwise work. That needs no copy of the
-// cache, no concatenation and no scatter: batch-1 block decoding 11-12 % faster on an
-// H200, the fused step 4 % (runs BI and BJ in BENCHMARKS.md). Its slots past
+// cache, no concatenation and no scatter: batch-1 block decoding 10-12 % faster on an
+// H200, the fused step 4-5 % (runs BI-BK in BENCHMARKS.md). Its slots past
 // Start+WriteLen then hold keys and values of positions it did not commit; they lie
 // past the committed length, where a window attends only to its own slots, written
 // before they are read (see [Cache]). A window that writes nothing keeps the

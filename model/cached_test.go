@@ -90,7 +90,7 @@ func TestCachedPathOwnSlot(t *testing.T) {
 	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
 	require.NoError(t, err)
 	defer m.Close()
-	m.ownSlotAnywhere = true
+	m.fusesAnywhere = true
 	require.True(t, inOwnSlot(m.CacheShape(1, 32), 1))
 	requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, 32, 1)
 }
@@ -147,7 +147,7 @@ func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
 	require.NoError(t, err)
 	defer m.Close()
-	m.ownSlotAnywhere = true
+	m.fusesAnywhere = true
 	const block, capacity = 4, 32
 	seq := testSequence(16, m.Config.VocabSize)
 	full, err := m.Logits(seq, block)

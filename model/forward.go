@@ -56,7 +56,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.ownSlotAnywhere || backend.FusesElementwise(m.backend))
+	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend))
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
 		from := byPartsMinWindow
 		if m.partsFromWindow != 0 {
