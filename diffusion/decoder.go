@@ -138,9 +138,10 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 			maxPrompt, cfg.MaxNewTokens, mc.MaxPositionEmbeddings)
 	}
 	B, b := l.block, len(prompts)
-	// Room for the prompt, the new tokens, the anchor guess block and the window past it,
-	// rounded up so that similar requests share compiled programs.
-	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+2*B, 256)
+	// Room for the prompt, the new tokens, and the window (padded) of the last block
+	// and the anchor guess block past it: a window lies within the cache (see
+	// model.Window). Rounded up so that similar requests share compiled programs.
+	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+B+l.windowFor(b), 256)
 	prefillWidth := roundUp(max(bucket(maxPrompt/B*B), B), B)
 	// Iterations per chunk program: a block takes at most B+1 forwards.
 	inWhile := backend.RunsLoopsOnDevice(d.m.Backend())

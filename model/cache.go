@@ -11,9 +11,12 @@ import (
 // Cache is a KV cache on the device: per layer, keys and values shaped
 // [b, kvHeads, s, headDim] in the compute dtype, slot i holding position i of each row.
 //
-// Invariant: slots at or beyond a row's committed length are zero. Writes add into
-// them, so every slot must be written once; a forward pass that writes nothing leaves
-// the cache unchanged.
+// Invariant: at batch 2 and more, and on backends that do not fuse elementwise work,
+// slots at or beyond a row's committed length are zero: writes add into them, so every
+// slot must be written once. At batch 1 on backends that fuse elementwise work, a
+// window of several tokens that reads and writes the cache overwrites its slots and
+// leaves keys of positions it did not commit past the committed length (see
+// Window.WriteLen). A forward pass that writes nothing leaves the cache unchanged.
 type Cache struct {
 	K, V []*tensors.Tensor
 }

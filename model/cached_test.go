@@ -3,9 +3,13 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/internal/testutil"
@@ -86,7 +90,7 @@ func TestCachedPathOwnSlot(t *testing.T) {
 	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
 	require.NoError(t, err)
 	defer m.Close()
-	m.ownSlotAnywhere = true
+	m.fusesAnywhere = true
 	require.True(t, inOwnSlot(m.CacheShape(1, 32), 1))
 	requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, 32, 1)
 }
@@ -133,4 +137,54 @@ func requireCachedMatchesFull(t *testing.T, m *Model, seq []int, promptLen, capa
 	}
 	from := max(cached-1, 0)
 	require.Less(t, maxRelDiff(t, got[from:], full[from:]), 1e-5)
+}
+
+// At batch 1 a window over the cache writes all its keys into their slots (see
+// [inSlots]), committing WriteLen of them: windows whose uncommitted blocks held other
+// tokens (as a decoder's masked blocks do) leave those slots stale, and later windows
+// still give the full forward's logits. Forced on any backend, as above.
+func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
+	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
+	require.NoError(t, err)
+	defer m.Close()
+	m.fusesAnywhere = true
+	const block, capacity = 4, 32
+	seq := testSequence(16, m.Config.VocabSize)
+	full, err := m.Logits(seq, block)
+	require.NoError(t, err)
+	cache, err := m.NewCache(1, capacity)
+	require.NoError(t, err)
+	defer func() { cache.Free() }()
+
+	// run forwards tokens at start over the cache, committing the first block.
+	run := func(start int, tokens []int) [][]float32 {
+		w := len(tokens)
+		cacheShape := m.CacheShape(1, capacity)
+		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), shapes.Make(dtypes.Int32, 1)}
+		for range 2 * m.Config.NumLayers {
+			inputs = append(inputs, cacheShape)
+		}
+		p, err := m.CachedProgram(fmt.Sprintf("test/inslots/%d", w), inputs, func(wt *Weights, in []*Node) []*Node {
+			win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: Const(in[0].Graph(), []int32{block}), BlockSize: block}
+			logits, c := m.Forward(wt, win, CacheNodesFrom(in[2:]), nil)
+			return append([]*Node{logits}, c.Nodes()...)
+		})
+		require.NoError(t, err)
+		out, err := p.Run(append([]*tensors.Tensor{tokensTensor(tokens), tensors.FromValue([]int32{int32(start)})}, cache.Tensors()...)...)
+		require.NoError(t, err)
+		cache.Free()
+		cache = CacheFromTensors(out[1:])
+		rows, err := logitRows(out[0])
+		require.NoError(t, err)
+		return rows
+	}
+	junk := func(n int) []int { return testSequence(n+3, m.Config.VocabSize)[3:] }
+	var got [][]float32
+	// Three blocks, two of them junk (slots 4-11 stale), then blocks of the sequence
+	// with a junk block after each, and a last window of one block.
+	got = append(got, run(0, append(slices.Clone(seq[:4]), junk(8)...))[:4]...)
+	got = append(got, run(4, append(slices.Clone(seq[4:8]), junk(4)...))[:4]...)
+	got = append(got, run(8, append(slices.Clone(seq[8:12]), junk(4)...))[:4]...)
+	got = append(got, run(12, seq[12:16])...)
+	require.LessOrEqual(t, maxRelDiff(t, got, full), 1e-5)
 }

@@ -22,7 +22,11 @@ type Window struct {
 	// to. Nil when the cache is not read (a prefill into an empty cache).
 	CacheLen *Node
 	// WriteLen [b] int32: keys and values of the first WriteLen tokens are written to
-	// cache slots [Start, Start+WriteLen). Nil writes nothing.
+	// cache slots [Start, Start+WriteLen); nil writes nothing. At batch 1 on backends
+	// that fuse elementwise work, a window of several tokens that reads and writes the
+	// cache also leaves its other tokens' keys and values in their slots, past the
+	// committed length: a later window over those slots writes its own before
+	// attending to them.
 	WriteLen *Node
 	// BlockSize of block-causal attention: position p sees position q iff
 	// q/BlockSize <= p/BlockSize (1 is causal attention).
@@ -52,7 +56,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.ownSlotAnywhere || backend.FusesElementwise(m.backend))
+	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend))
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
 		from := byPartsMinWindow
 		if m.partsFromWindow != 0 {

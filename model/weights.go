@@ -35,10 +35,10 @@ type Model struct {
 	// ropeInvFreq are the rotary inverse frequencies [headDim/2], float32.
 	ropeInvFreq *tensors.Tensor
 
-	// ownSlotAnywhere lets one-token windows take their own slot (see [inOwnSlot]) on
-	// backends that do not fuse elementwise work too, so that the Go backend's tests
-	// cover that path.
-	ownSlotAnywhere bool
+	// fusesAnywhere has windows over the cache take the paths of backends that fuse
+	// elementwise work (see [inSlots] and [inOwnSlot]) on any backend, so that the Go
+	// backend's tests cover them.
+	fusesAnywhere bool
 	// partsFromWindow, when not 0, replaces byPartsMinWindow (see [mergeLaterKeys]), so
 	// that tests of short windows cover that path where the backend offers it.
 	partsFromWindow int
