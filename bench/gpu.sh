@@ -24,7 +24,7 @@
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
-# (batch-1 decoding of builds of VARIANTS),
+# and stepsab (batch-1 decoding and steps of builds of VARIANTS),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -400,6 +400,19 @@ decodeab() {
   # alternating, ROUNDS rounds (default 2); DECODE picks cases (bench -decode, e.g.
   # autoregressive; default all: ~80 s per build and round).
   alternate "decoding at batch 1" decodes
+}
+
+stepsab() {
+  # Batch-1 steps (STEPS, default denoise,fused,ar; 20 per execution) over CAPACITY cache
+  # slots (default 528) of this build and of the builds of VARIANTS on bdxla-gemv,
+  # alternating, ROUNDS rounds (default 2): ~35 s per build and round.
+  alternate "steps over ${CAPACITY:-528} slots" steps_of
+}
+
+steps_of() {
+  # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
+    -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop'
 }
 
 decodes() {
