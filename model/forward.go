@@ -16,7 +16,8 @@ type Window struct {
 	// Start [b] int32: the position of Tokens[:, 0]. Position p's keys and values
 	// belong in cache slot p: a window that reads the cache must lie within it, its
 	// slots [Start, Start+w) at or past CacheLen (a one-token window over a small
-	// cache attends over a copy of it that holds its key in slot Start).
+	// cache attends over a copy of it that holds its key in slot Start; at batch 1 a
+	// longer one that writes puts its keys in its slots, see WriteLen).
 	Start *Node
 	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
 	// to. Nil when the cache is not read (a prefill into an empty cache).
