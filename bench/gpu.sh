@@ -396,10 +396,11 @@ arloop() {
 }
 
 decodeab() {
-  # Batch-1 decoding of this build and of the builds of VARIANTS on bdxla-gemv,
-  # alternating, ROUNDS rounds (default 2); DECODE picks cases (bench -decode, e.g.
-  # autoregressive; default all: ~80 s per build and round).
-  alternate "decoding at batch 1" decodes
+  # Decoding at BATCHES (bench -batches, default 1) of this build and of the builds of
+  # VARIANTS on bdxla-gemv, alternating, ROUNDS rounds (default 2); DECODE picks cases
+  # (bench -decode, e.g. autoregressive; default all: ~80 s per build and round at
+  # batch 1).
+  alternate "decoding at batch ${BATCHES:-1}" decodes
 }
 
 stepsab() {
@@ -416,10 +417,10 @@ steps_of() {
 }
 
 decodes() {
-  # decodes BENCH: batch-1 decoding rows of the bench binary BENCH on bdxla-gemv, the
-  # cases of DECODE.
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 150 "$1" -only decode -batches 1 -decode "${DECODE:-}" 2>&1 |
-    grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+  # decodes BENCH: decoding rows of the bench binary BENCH on bdxla-gemv, as decodeab
+  # says (DECODE_TIMEOUT: seconds, default 150).
+  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
+    -batches "${BATCHES:-1}" -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
 }
 
 alternate() {
