@@ -18,9 +18,10 @@ type decodeCase struct {
 	cfg  diffusion.Config
 }
 
-// decodeCases: both presets in fused mode under the two forced schedules, and the
-// autoregressive baseline, those named by -decode. Readbacks every 16 blocks keep
-// round trips rare.
+// decodeCases: both presets in fused mode under the two forced schedules, the quality
+// preset in reference mode (a forward per step and per commit, 4-token windows) revealing
+// all, and the autoregressive baseline, those named by -decode. Readbacks every 16
+// blocks keep round trips rare.
 func decodeCases() []decodeCase {
 	var cases []decodeCase
 	for _, preset := range []string{"quality", "speed"} {
@@ -34,6 +35,9 @@ func decodeCases() []decodeCase {
 			cases = append(cases, decodeCase{fmt.Sprintf("fused %s, %s (%s)", preset, schedule, bound), cfg})
 		}
 	}
+	reference := diffusion.Quality
+	reference.Mode, reference.Schedule = diffusion.Reference, diffusion.RevealAll
+	cases = append(cases, decodeCase{"reference quality, reveal-all (upper bound)", reference})
 	ar := diffusion.Quality
 	ar.Mode = diffusion.Autoregressive
 	cases = append(cases, decodeCase{"autoregressive", ar})
