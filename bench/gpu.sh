@@ -138,9 +138,10 @@ hlodecode() {
 steps() {
   # Batch-1 steps in a device loop of 20 and prefill (cuDNN attention) on XLA's backend
   # and ours with triton=gemv (the default on CUDA); after peer in the same call, the
-  # same-run comparison of BENCHMARKS.md (~150 s; with the peer ~290 s). Our steps
+  # same-run comparison of BENCHMARKS.md (~180 s; with the peer ~320 s). Our steps
   # attend over their whole cache: 2048 slots, then 528, the peer's bucket for a
-  # context of 512 (its decode steps attend over roundup(context + commit, 16) slots).
+  # context of 512 (its decode steps attend over roundup(context + commit, 16) slots),
+  # then 768, what our decoder would size (a multiple of 256: no padding of the keys).
   local label
   for label in xla bdxla-gemv; do
     section "steps and prefill on $label"
@@ -148,9 +149,12 @@ steps() {
       -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
     echo "rc=$?"; grep -E 'device loop|^prefill' "$OUT/steps-prefill-$label.log" | grep -v compiled
   done
-  section "steps on bdxla-gemv, a cache of 528 slots"
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar \
-    -iters 20 -capacity 528 2>&1 | grep 'device loop' | grep -v compiled
+  local slots
+  for slots in 528 768; do
+    section "steps on bdxla-gemv, a cache of $slots slots"
+    GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar \
+      -iters 20 -capacity "$slots" 2>&1 | grep 'device loop' | grep -v compiled
+  done
 }
 
 freshinputs() {
