@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh peer steps       the same-run comparison: the peer, then batch-1
-#                                      steps and prefill on XLA's backend and ours (~290 s)
+#                                      steps and prefill on XLA's backend and ours (~320 s)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the model fixtures (<= 270 s); hlodecoder: the
