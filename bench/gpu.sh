@@ -152,8 +152,7 @@ steps() {
   local slots
   for slots in 528 768; do
     section "steps on bdxla-gemv, a cache of $slots slots"
-    GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar \
-      -iters 20 -capacity "$slots" 2>&1 | grep 'device loop' | grep -v compiled
+    CAPACITY=$slots steps_of .gpu/bin/bench
   done
 }
 
@@ -417,7 +416,7 @@ stepsab() {
 steps_of() {
   # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
   GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
-    -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop'
+    -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
 }
 
 decodes() {
