@@ -183,6 +183,9 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 		m.cache = LessThan(slots, InsertAxes(win.CacheLen, -1)) // [b, s]
 		b, w := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
 		switch {
+		case fuses && inOwnSlot(cache.K[0].Shape(), w):
+			m.ownSlot = LogicalOr(m.cache, Equal(slots, InsertAxes(win.Start, -1)))
+			m.ownSlot = Reshape(m.ownSlot, b, 1, 1, 1, s)
 		case fuses && win.WriteLen != nil && inSlots(b, w):
 			// Slot i holds position i: the window's slots are seen block-causally.
 			slotBlock := DivScalar(slots, float64(win.BlockSize))
@@ -194,9 +197,6 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 			seen := LessOrEqual(InsertAxes(slotBlock, 1), InsertAxes(block, -1))                                // [b, w, s]
 			m.inSlots = LogicalOr(InsertAxes(m.cache, 1), LogicalAnd(InsertAxes(inWindow, 1), seen))
 			m.inSlots = Reshape(m.inSlots, b, 1, w, 1, s)
-		case fuses && inOwnSlot(cache.K[0].Shape(), w):
-			m.ownSlot = LogicalOr(m.cache, Equal(slots, InsertAxes(win.Start, -1)))
-			m.ownSlot = Reshape(m.ownSlot, b, 1, 1, 1, s)
 		}
 		m.cache = Reshape(m.cache, b, 1, 1, 1, s)
 	}
@@ -229,9 +229,17 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	var keys, values, visible *Node
 	var newCache *layerKV
 	switch {
-	case mask.inSlots != nil:
+	case mask.inSlots != nil && b == 1:
 		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
 		newCache = &layerKV{k: keys, v: values}
+	case mask.inSlots != nil:
+		// Every position added into its slot (zero, by the cache's invariant) for the
+		// attention, then the uncommitted ones subtracted again: k + (-k) is exactly 0.
+		i := Iota(qkv.Graph(), shapes.Make(dtypes.Int32, 1, w), 1)
+		all := BroadcastToDims(Const(qkv.Graph(), true), b, w)
+		uncommitted := GreaterOrEqual(i, InsertAxes(win.WriteLen, -1))
+		keys, values, visible = addToSlots(cache.k, k, win.Start, all), addToSlots(cache.v, v, win.Start, all), mask.inSlots
+		newCache = &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
 	case mask.ownSlot != nil:
 		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
 		newCache = cache
@@ -296,17 +304,25 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 }
 
 // inSlots reports whether a window of w positions over the cache of b rows that writes
-// it (WriteLen set) writes all its keys and values into their slots [Start, Start+w)
-// by one dynamic update, in place, and attends over the cache alone: at batch 1 (one
-// start for the update), for windows of more than one position (one-token windows take
-// [inOwnSlot]), on backends that fuse elementwise work. That needs no copy of the
-// cache, no concatenation and no scatter: batch-1 block decoding 10-12 % faster on an
-// H200, the fused step 4-5 % (runs BI-BK in BENCHMARKS.md). Its slots past
-// Start+WriteLen then hold keys and values of positions it did not commit; they lie
-// past the committed length, where a window attends only to its own slots, written
-// before they are read (see [Cache]). A window that writes nothing keeps the
-// concatenation: in place it was 2-3 % slower (run BJ), as a copy too (run BI).
-func inSlots(b, w int) bool { return b == 1 && w > 1 }
+// it (WriteLen set) puts all its keys and values into their slots [Start, Start+w) and
+// attends over the cache alone, on backends that fuse elementwise work, rather than
+// over cache and window apart or concatenated. One-token windows of [inOwnSlot] take
+// their select instead.
+//
+// At batch 1 (windows of more than one position) one dynamic update writes them, in
+// place: no copy of the cache, no concatenation and no scatter. Batch-1 block decoding
+// got 10-12 % faster on an H200, the fused step 4-5 % (runs BI-BK in BENCHMARKS.md).
+// Its slots past Start+WriteLen then hold keys and values of positions it did not
+// commit; they lie past the committed length, where a window attends only to its own
+// slots, written before they are read (see [Cache]). A window that writes nothing
+// keeps the concatenation: in place it was 2-3 % slower (run BJ), as a copy too (run
+// BI).
+//
+// At larger batches (any window; rows have their own starts) a scatter adds them into
+// their slots, zero by the cache's invariant, and a second one subtracts the
+// uncommitted ones again after the attention: k + (-k) is exactly 0, so the invariant
+// holds.
+func inSlots(b, w int) bool { return b > 1 || w > 1 }
 
 // writeSlots returns the cache [1, kvHeads, s, d] with the window's keys (or values) x
 // [1, w, kvHeads, d] in slots [start, start+w).
@@ -457,14 +473,22 @@ func writeCache(cache, x *Node, win Window) *Node {
 	if win.WriteLen == nil {
 		return cache
 	}
+	i := Iota(x.Graph(), shapes.Make(dtypes.Int32, 1, x.Shape().Dimensions[1]), 1)
+	return addToSlots(cache, x, win.Start, LessThan(i, InsertAxes(win.WriteLen, -1)))
+}
+
+// addToSlots adds the keys (or values) x [b, w, kvHeads, d] of each row where add [b, w]
+// is true into its cache [b, kvHeads, s, d] at slots Start+i, by one scatter. Positions
+// past the cache add nothing (their slot is clamped and their value zeroed).
+func addToSlots(cache, x, start, add *Node) *Node {
 	g := x.Graph()
 	dims := x.Shape().Dimensions
 	b, w, kvHeads := dims[0], dims[1], dims[2]
 	s := cache.Shape().Dimensions[2]
-	i := Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)
-	write := LessThan(i, InsertAxes(win.WriteLen, -1)) // [b, w]
-	x = Where(BroadcastToShape(Reshape(write, b, w, 1, 1), x.Shape()), x, ZerosLike(x))
-	slot := MinScalar(Add(InsertAxes(win.Start, -1), i), float64(s-1)) // [b, w]; clamped slots get zeros
+	slot := Add(InsertAxes(start, -1), Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)) // [b, w]
+	add = LogicalAnd(add, LessThan(slot, Const(g, int32(s))))
+	x = Where(BroadcastToShape(Reshape(add, b, w, 1, 1), x.Shape()), x, ZerosLike(x))
+	slot = MinScalar(slot, float64(s-1))
 	shape := shapes.Make(dtypes.Int32, b, w, kvHeads)
 	indices := Stack([]*Node{
 		Iota(g, shape, 0),

@@ -13,7 +13,8 @@ import (
 //
 // Invariant: at batch 2 and more, and on backends that do not fuse elementwise work,
 // slots at or beyond a row's committed length are zero: writes add into them, so every
-// slot must be written once. At batch 1 on backends that fuse elementwise work, a
+// slot must be written once (a window that adds uncommitted keys for its attention
+// subtracts them again). At batch 1 on backends that fuse elementwise work, a
 // window of several tokens that reads and writes the cache overwrites its slots and
 // leaves keys of positions it did not commit past the committed length (see
 // Window.WriteLen). A forward pass that writes nothing leaves the cache unchanged.

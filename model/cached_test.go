@@ -188,3 +188,77 @@ func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 	got = append(got, run(12, seq[12:16])...)
 	require.LessOrEqual(t, maxRelDiff(t, got, full), 1e-5)
 }
+
+// At batch 2 a window over the cache that writes adds all its keys into their slots
+// for the attention and subtracts the uncommitted ones again (see [inSlots]): rows at
+// different starts, committing different lengths (0 included) with junk in their
+// uncommitted blocks, give the full forward's logits. Forced on any backend, as above.
+func TestInSlotsAtBatch2(t *testing.T) {
+	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
+	require.NoError(t, err)
+	defer m.Close()
+	m.fusesAnywhere = true
+	const block, capacity, w = 4, 32, 8
+	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
+	var full [][][]float32
+	for _, seq := range seqs {
+		f, err := m.Logits(seq, block)
+		require.NoError(t, err)
+		full = append(full, f)
+	}
+	cache, err := m.NewCache(2, capacity)
+	require.NoError(t, err)
+	defer func() { cache.Free() }()
+	vec := shapes.Make(dtypes.Int32, 2)
+	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 2, w), vec, vec}
+	for range 2 * m.Config.NumLayers {
+		inputs = append(inputs, m.CacheShape(2, capacity))
+	}
+	p, err := m.CachedProgram("test/inslots/batch2", inputs, func(wt *Weights, in []*Node) []*Node {
+		win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: block}
+		logits, c := m.Forward(wt, win, CacheNodesFrom(in[3:]), nil)
+		return append([]*Node{logits}, c.Nodes()...)
+	})
+	require.NoError(t, err)
+	junk := testSequence(w+7, m.Config.VocabSize)[7:]
+	// run forwards each row's window of tokens seqs[r][start:start+n], junk after them.
+	run := func(starts, ns, writes [2]int) [][][]float32 {
+		ids := make([]int32, 0, 2*w)
+		for r := range 2 {
+			for i := range w {
+				t := junk[i]
+				if i < ns[r] {
+					t = seqs[r][starts[r]+i]
+				}
+				ids = append(ids, int32(t))
+			}
+		}
+		out, err := p.Run(append([]*tensors.Tensor{tensors.FromFlatDataAndDimensions(ids, 2, w),
+			tensors.FromValue([]int32{int32(starts[0]), int32(starts[1])}),
+			tensors.FromValue([]int32{int32(writes[0]), int32(writes[1])})}, cache.Tensors()...)...)
+		require.NoError(t, err)
+		cache.Free()
+		cache = CacheFromTensors(out[1:])
+		logits, err := tensors.CopyFlatData[float32](out[0])
+		require.NoError(t, err)
+		vocab := m.Config.VocabSize
+		rows := make([][][]float32, 2)
+		for r := range 2 {
+			for i := range ns[r] {
+				rows[r] = append(rows[r], logits[(r*w+i)*vocab:(r*w+i+1)*vocab])
+			}
+		}
+		return rows
+	}
+	for _, call := range []struct{ starts, ns, writes [2]int }{
+		{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, // row 0: a junk block after its first
+		{[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}, // row 1 commits nothing: slots 8-15 zero again
+		{[2]int{8, 8}, [2]int{8, 8}, [2]int{8, 8}},
+	} {
+		rows := run(call.starts, call.ns, call.writes)
+		for r := range 2 {
+			want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
+			require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "row %d at %d", r, call.starts[r])
+		}
+	}
+}
