@@ -16,8 +16,9 @@ type Window struct {
 	// Start [b] int32: the position of Tokens[:, 0]. Position p's keys and values
 	// belong in cache slot p: a window that reads the cache must lie within it, its
 	// slots [Start, Start+w) at or past CacheLen (a one-token window over a small
-	// cache attends over a copy of it that holds its key in slot Start; at batch 1 a
-	// longer one that writes puts its keys in its slots, see WriteLen).
+	// cache attends over a copy of it that holds its key in slot Start; on backends
+	// that fuse elementwise work, other windows that write put their keys in their
+	// slots, see WriteLen).
 	Start *Node
 	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
 	// to. Nil when the cache is not read (a prefill into an empty cache).
@@ -27,7 +28,7 @@ type Window struct {
 	// that fuse elementwise work, a window of several tokens that reads and writes the
 	// cache also leaves its other tokens' keys and values in their slots, past the
 	// committed length: a later window over those slots writes its own before
-	// attending to them.
+	// attending to them. (At larger batches such keys are removed again, see [Cache].)
 	WriteLen *Node
 	// BlockSize of block-causal attention: position p sees position q iff
 	// q/BlockSize <= p/BlockSize (1 is causal attention).
