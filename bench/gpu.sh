@@ -344,7 +344,8 @@ trace() {
   # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c);
   # TRACE_LOOP_EXIT=data: the step loops end on data (bench -loop-exit); TRACE_BUILD=REF:
   # the bench of a build of VARIANTS (bench/build-gpu.sh); TRACE_DECODE=NAME: the decoding
-  # case the decode step traces (bench -decode; default autoregressive).
+  # case the decode step traces (bench -decode; default autoregressive), TRACE_BATCH its
+  # batch size (default 1).
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -355,8 +356,8 @@ trace() {
     # lists the host's calls before each run (CUPTI_TRACE_API=1).
     [ "$step" = prefill ] && what=(-only prefill) group=(--bursts 50)
     # The decoder's loop at batch 1 (autoregressive unless TRACE_DECODE names another
-    # case): its body beside the bare step's.
-    [ "$step" = decode ] && what=(-only decode -batches 1 -decode "${TRACE_DECODE:-autoregressive}" -new 64)
+    # case; TRACE_BATCH another batch size): its body beside the bare step's.
+    [ "$step" = decode ] && what=(-only decode -batches "${TRACE_BATCH:-1}" -decode "${TRACE_DECODE:-autoregressive}" -new 64)
     # A layer opens with its first norm: a fusion of its own kind in the AR step; of the
     # MLP norm's kind elsewhere, so there a layer spans two of them.
     opener=input_multiply_reduce_fusion per=2
