@@ -192,37 +192,79 @@ func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 // At batch 2 a window over the cache that writes adds all its keys into their slots
 // for the attention and subtracts the uncommitted ones again (see [inSlots]): rows at
 // different starts, committing different lengths (0 included) with junk in their
-// uncommitted blocks, give the full forward's logits. Forced on any backend, as above.
+// uncommitted positions, give the full forward's logits. Windows of 8 positions, and
+// one-token windows (causal) over a cache too large to copy (2 rows of 2048 slots of
+// 2 key/value heads of 64 in float32: past concatMaxBytes), as AR decoding at batch 8
+// and 64 has. Forced on any backend, as above.
 func TestInSlotsAtBatch2(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
+	cfg := prefillConfig()
+	cfg.MaxPositionEmbeddings = 2048
+	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, 3)
 	require.NoError(t, err)
 	defer m.Close()
 	m.fusesAnywhere = true
-	const block, capacity, w = 4, 32, 8
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
-	var full [][][]float32
-	for _, seq := range seqs {
-		f, err := m.Logits(seq, block)
-		require.NoError(t, err)
-		full = append(full, f)
+	type call struct{ starts, ns, writes [2]int }
+	for _, c := range []struct {
+		capacity, w, block int
+		calls              []call
+	}{
+		{32, 8, 4, []call{
+			{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, // row 0: a junk block after its first
+			{[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}, // row 1 commits nothing: slots 8-15 zero again
+			{[2]int{8, 8}, [2]int{8, 8}, [2]int{8, 8}},
+		}},
+		{2048, 1, 1, []call{
+			{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, // row 1: junk in slot 0, not committed
+			{[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}},
+			{[2]int{2, 1}, [2]int{1, 1}, [2]int{0, 1}}, // row 0 commits nothing
+			{[2]int{2, 2}, [2]int{1, 1}, [2]int{1, 1}},
+		}},
+	} {
+		t.Run(fmt.Sprintf("window%d", c.w), func(t *testing.T) {
+			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w))
+			var full [][][]float32
+			for _, seq := range seqs {
+				f, err := m.Logits(seq, c.block)
+				require.NoError(t, err)
+				full = append(full, f)
+			}
+			run := inSlotsRunner(t, m, c.capacity, c.w, c.block)
+			for _, call := range c.calls {
+				rows := run(seqs, call.starts, call.ns, call.writes)
+				for r := range 2 {
+					if call.ns[r] == 0 {
+						continue // junk alone
+					}
+					want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
+					require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "row %d at %d", r, call.starts[r])
+				}
+			}
+		})
 	}
+}
+
+// inSlotsRunner compiles a forward of windows of w positions at batch 2 over a cache of
+// capacity slots that it keeps between calls. The function it returns forwards each
+// row r's tokens seqs[r][starts[r]:starts[r]+ns[r]], junk after them, writing
+// writes[r], and returns each row's logits of its ns[r] positions.
+func inSlotsRunner(t *testing.T, m *Model, capacity, w, block int) func(seqs [][]int, starts, ns, writes [2]int) [][][]float32 {
 	cache, err := m.NewCache(2, capacity)
 	require.NoError(t, err)
-	defer func() { cache.Free() }()
+	t.Cleanup(func() { cache.Free() })
 	vec := shapes.Make(dtypes.Int32, 2)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 2, w), vec, vec}
 	for range 2 * m.Config.NumLayers {
 		inputs = append(inputs, m.CacheShape(2, capacity))
 	}
-	p, err := m.CachedProgram("test/inslots/batch2", inputs, func(wt *Weights, in []*Node) []*Node {
+	p, err := m.CachedProgram(fmt.Sprintf("test/inslots/batch2/%d/%d", capacity, w), inputs, func(wt *Weights, in []*Node) []*Node {
 		win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: block}
 		logits, c := m.Forward(wt, win, CacheNodesFrom(in[3:]), nil)
 		return append([]*Node{logits}, c.Nodes()...)
 	})
 	require.NoError(t, err)
 	junk := testSequence(w+7, m.Config.VocabSize)[7:]
-	// run forwards each row's window of tokens seqs[r][start:start+n], junk after them.
-	run := func(starts, ns, writes [2]int) [][][]float32 {
+	return func(seqs [][]int, starts, ns, writes [2]int) [][][]float32 {
 		ids := make([]int32, 0, 2*w)
 		for r := range 2 {
 			for i := range w {
@@ -249,16 +291,5 @@ func TestInSlotsAtBatch2(t *testing.T) {
 			}
 		}
 		return rows
-	}
-	for _, call := range []struct{ starts, ns, writes [2]int }{
-		{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, // row 0: a junk block after its first
-		{[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}, // row 1 commits nothing: slots 8-15 zero again
-		{[2]int{8, 8}, [2]int{8, 8}, [2]int{8, 8}},
-	} {
-		rows := run(call.starts, call.ns, call.writes)
-		for r := range 2 {
-			want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
-			require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "row %d at %d", r, call.starts[r])
-		}
 	}
 }
