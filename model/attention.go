@@ -372,8 +372,10 @@ func placeToken(cache, x, start, n *Node) *Node {
 // in BENCHMARKS.md: batch-1 steps 4-5 % faster on an H200 with 512 cache slots), but
 // copies the layer's cache every step. 4 MiB, read and written in about 2 µs at the
 // H200's bandwidth, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2
-// key/value heads of 128 in bfloat16: 2.1 MB); larger batches and caches keep two
-// products. The bound is that estimate, not a measurement.
+// key/value heads of 128 in bfloat16: 2.1 MB); beyond it two products. The bound is
+// that estimate, not a measurement. On backends that fuse elementwise work, windows
+// that write go into their slots instead (see [inSlots]), so there this concerns
+// windows that write nothing.
 const concatMaxBytes = 4 << 20
 
 // concatenates reports whether a window of w positions attends over its layer's cache
