@@ -374,8 +374,8 @@ func placeToken(cache, x, start, n *Node) *Node {
 // H200's bandwidth, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2
 // key/value heads of 128 in bfloat16: 2.1 MB); beyond it two products. The bound is
 // that estimate, not a measurement. On backends that fuse elementwise work, windows
-// that write go into their slots instead (see [inSlots]), so there this concerns
-// windows that write nothing.
+// that write take neither: under the bound a one-token window takes its own slot (see
+// [inOwnSlot]), otherwise they go into their slots (see [inSlots]).
 const concatMaxBytes = 4 << 20
 
 // concatenates reports whether a window of w positions attends over its layer's cache
