@@ -363,6 +363,11 @@ trace() {
     opener=input_multiply_reduce_fusion per=2
     [ "$step" = ar ] || [ "$step:${TRACE_DECODE:-autoregressive}" = decode:autoregressive ] &&
       opener=input_add_reduce_fusion per=1
+    # At larger batches (run BQ, batch 64) the norms are two of one kind in every layer.
+    if [ "$step" = decode ] && [ "${TRACE_BATCH:-1}" != 1 ]; then
+      opener=input_multiply_reduce_fusion per=2
+      [ "${TRACE_DECODE:-autoregressive}" = autoregressive ] || opener=input_add_multiply_reduce_fusion
+    fi
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
       timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
