@@ -235,10 +235,8 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	case mask.inSlots != nil:
 		// Every position added into its slot (zero, by the cache's invariant) for the
 		// attention, then the uncommitted ones subtracted again: k + (-k) is exactly 0.
-		i := Iota(qkv.Graph(), shapes.Make(dtypes.Int32, 1, w), 1)
-		all := BroadcastToDims(Const(qkv.Graph(), true), b, w)
-		uncommitted := GreaterOrEqual(i, InsertAxes(win.WriteLen, -1))
-		keys, values, visible = addToSlots(cache.k, k, win.Start, all), addToSlots(cache.v, v, win.Start, all), mask.inSlots
+		uncommitted := LogicalNot(committed(win, w))
+		keys, values, visible = addToSlots(cache.k, k, win.Start, nil), addToSlots(cache.v, v, win.Start, nil), mask.inSlots
 		newCache = &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
 	case mask.ownSlot != nil:
 		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
@@ -479,20 +477,31 @@ func writeCache(cache, x *Node, win Window) *Node {
 	if win.WriteLen == nil {
 		return cache
 	}
-	i := Iota(x.Graph(), shapes.Make(dtypes.Int32, 1, x.Shape().Dimensions[1]), 1)
-	return addToSlots(cache, x, win.Start, LessThan(i, InsertAxes(win.WriteLen, -1)))
+	return addToSlots(cache, x, win.Start, committed(win, x.Shape().Dimensions[1]))
+}
+
+// committed is [b, w]: which of a window's w positions it writes, those below WriteLen.
+func committed(win Window, w int) *Node {
+	i := Iota(win.WriteLen.Graph(), shapes.Make(dtypes.Int32, 1, w), 1)
+	return LessThan(i, InsertAxes(win.WriteLen, -1))
 }
 
 // addToSlots adds the keys (or values) x [b, w, kvHeads, d] of each row where add [b, w]
-// is true into its cache [b, kvHeads, s, d] at slots Start+i, by one scatter. Positions
-// past the cache add nothing (their slot is clamped and their value zeroed).
+// is true (every position where add is nil) into its cache [b, kvHeads, s, d] at slots
+// Start+i, by one scatter. Positions past the cache add nothing (their slot is clamped
+// and their value zeroed).
 func addToSlots(cache, x, start, add *Node) *Node {
 	g := x.Graph()
 	dims := x.Shape().Dimensions
 	b, w, kvHeads := dims[0], dims[1], dims[2]
 	s := cache.Shape().Dimensions[2]
 	slot := Add(InsertAxes(start, -1), Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)) // [b, w]
-	add = LogicalAnd(add, LessThan(slot, Const(g, int32(s))))
+	inCache := LessThan(slot, Const(g, int32(s)))
+	if add == nil {
+		add = inCache
+	} else {
+		add = LogicalAnd(add, inCache)
+	}
 	x = Where(BroadcastToShape(Reshape(add, b, w, 1, 1), x.Shape()), x, ZerosLike(x))
 	slot = MinScalar(slot, float64(s-1))
 	shape := shapes.Make(dtypes.Int32, b, w, kvHeads)
