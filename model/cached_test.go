@@ -25,6 +25,16 @@ func tinyConfig() Config {
 	}
 }
 
+// randomModel is a float32 model of cfg with random weights drawn from seed on the
+// test backend, closed when the test ends.
+func randomModel(t *testing.T, cfg Config, seed int64) *Model {
+	t.Helper()
+	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, seed)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
 // maxRelDiff is max |a-b| / max |b| over two logit matrices.
 func maxRelDiff(t *testing.T, got, want [][]float32) float64 {
 	t.Helper()
@@ -43,9 +53,7 @@ func maxRelDiff(t *testing.T, got, want [][]float32) float64 {
 // The cached path (prefill of the prompt's full blocks, then a step and a commit per
 // block) must give the logits of one block-causal forward of the whole sequence.
 func TestCachedPathMatchesFullForward(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), tinyConfig(), dtypes.Float32, 7)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, tinyConfig(), 7)
 	const block = 4
 	seq := testSequence(22, m.Config.VocabSize)
 	for promptLen := 1; promptLen <= 8; promptLen++ {
@@ -63,9 +71,7 @@ func TestCachedPathMatchesFullForward(t *testing.T) {
 func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 4096
-	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, 3)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, cfg, 3)
 	const block = 4
 	seq := testSequence(14, m.Config.VocabSize)
 	for _, c := range []struct {
@@ -87,9 +93,7 @@ func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 // (see [inOwnSlot]) on backends that fuse elementwise work; forced here on any backend
 // (a fresh model: programs are cached per model), they give the full forward's logits.
 func TestCachedPathOwnSlot(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, prefillConfig(), 3)
 	m.fusesAnywhere = true
 	require.True(t, inOwnSlot(m.CacheShape(1, 32), 1))
 	requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, 32, 1)
@@ -144,9 +148,7 @@ func requireCachedMatchesFull(t *testing.T, m *Model, seq []int, promptLen, capa
 // tokens (as a decoder's masked blocks do) leave those slots stale, and later windows
 // still give the full forward's logits. Forced on any backend, as above.
 func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), prefillConfig(), dtypes.Float32, 3)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, prefillConfig(), 3)
 	m.fusesAnywhere = true
 	const block, capacity = 4, 32
 	seq := testSequence(16, m.Config.VocabSize)
@@ -199,9 +201,7 @@ func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 func TestInSlotsAtBatch2(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 2048
-	m, err := NewRandom(testutil.Backend(t), cfg, dtypes.Float32, 3)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, cfg, 3)
 	m.fusesAnywhere = true
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
 	type call struct{ starts, ns, writes [2]int }

@@ -14,9 +14,7 @@ import (
 // A loop over forward passes built with Weights.While builds a graph XLA compiles
 // (see testutil.RequireLoopGraph).
 func TestWhileIsSelfContained(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), tinyConfig(), dtypes.Float32, 1)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, tinyConfig(), 1)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, 4)}
 	for range 2 * m.Config.NumLayers {
 		inputs = append(inputs, m.CacheShape(1, 16))

@@ -8,16 +8,12 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
-
-	"github.com/blockdiff/blockdiff/internal/testutil"
 )
 
 // A program compiled with InPlace consumes that input and computes as without it;
 // pairs that do not fit the program are compile errors.
 func TestInPlace(t *testing.T) {
-	m, err := NewRandom(testutil.Backend(t), tinyConfig(), dtypes.Float32, 1)
-	require.NoError(t, err)
-	defer m.Close()
+	m := randomModel(t, tinyConfig(), 1)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 3), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Int32)}
 	addTo := func(_ *Weights, in []*Node) []*Node { return []*Node{Add(in[0], in[1]), Add(in[1], in[2])} }
 
