@@ -140,8 +140,9 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	B, b := l.block, len(prompts)
 	// Room for the prompt, the new tokens, and the window (padded) of the last block
 	// and the anchor guess block past it: a window lies within the cache (see
-	// model.Window). Rounded up so that similar requests share compiled programs.
-	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+B+l.windowFor(b), 256)
+	// model.Window). Rounded up so that similar requests share compiled programs, to a
+	// multiple of 128 slots, which XLA's attention products do not pad.
+	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+B+l.windowFor(b), 128)
 	prefillWidth := roundUp(max(bucket(maxPrompt/B*B), B), B)
 	// Iterations per chunk program: a block takes at most B+1 forwards.
 	inWhile := backend.RunsLoopsOnDevice(d.m.Backend())
