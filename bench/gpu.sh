@@ -28,8 +28,8 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
-# tiling (XLA's exhaustive GEMM search), prefillflags (XLA's GEMM flags on the
-# prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
+# tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
+# under sets of XLA flags), prefillflags (XLA's GEMM flags on the prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
 # profile of the prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
 # bench/cupti) and profile. A device call lasts at most 600 s, so the default stops at
@@ -246,16 +246,36 @@ explore() {
 
 tiling() {
   # XLA's default GEMM autotuning against its exhaustive tiling search (faster steps,
-  # 40 s of compiling per step loop), then the exhaustive search with XLA's per-fusion
-  # autotune cache on disk, cold and warm: does a second process compile fast?
-  export GOMLX_BACKEND=$XLA_BF16
+  # 40 s of compiling per step loop in run G), then the exhaustive search with XLA's
+  # per-fusion autotune cache on disk, cold and warm: does a second process compile
+  # fast? First the plugin's flags (flags.txt) and those that name programmatic
+  # dependent launch, then batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv.
   local cache="--xla_gpu_exhaustive_tiling_search=true --xla_gpu_per_fusion_autotune_cache_dir=$OUT/autotune"
-  for flags in "" "--xla_gpu_exhaustive_tiling_search=true" "$cache" "$cache"; do
+  strings "$plugin" | grep -o 'xla_gpu_[a-z0-9_]*' | sort -u >"$OUT/flags.txt"
+  echo "flags.txt: $(wc -l <"$OUT/flags.txt") xla_gpu flags; PDL:"
+  strings "$plugin" | grep -i -o '[a-z_]*\(pdl\|programmatic\)[a-z_]*' | sort -u | head -20
+  local flags
+  for flags in "" "$cache" "$cache"; do
     section "XLA_FLAGS=$flags"
-    XLA_FLAGS="$flags" timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar-padded -iters 20 2>&1 |
-      grep -E 'device loop|loop compiled'
+    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 240 .gpu/bin/bench -only steps \
+      -steps denoise,fused,ar -iters 20 -capacity "${CAPACITY:-528}" 2>&1 | grep -E 'device loop|loop compiled'
   done
   echo "autotune cache: $(ls "$OUT/autotune" 2>/dev/null | wc -l) files"
+}
+
+flagsweep() {
+  # Batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv under each set of XLA
+  # flags in FLAGSETS (separated by ';'; default: programmatic dependent launch on and
+  # off, and XLA's experimental Triton features), the default first and last, with each
+  # loop's compile time (~30 s a set).
+  local sets flags
+  IFS=';' read -r -a sets <<<"${FLAGSETS:---xla_gpu_enable_pdl=true --xla_gpu_enable_pdl_launch=true;--xla_gpu_enable_pdl=false --xla_gpu_enable_pdl_launch=false;--xla_gpu_experimental_enable_triton_tma=true;--xla_gpu_experimental_enable_triton_warp_specialization=true --xla_gpu_experimental_enable_triton_tma=true;--xla_gpu_experimental_enable_fusion_block_level_rewriter=true;--xla_gpu_experimental_all_fusions_with_triton=true}"
+  for flags in "" "${sets[@]}" ""; do
+    section "XLA_FLAGS=$flags"
+    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 .gpu/bin/bench -only steps \
+      -steps "${STEPS:-denoise,fused,ar}" -iters 20 -capacity "${CAPACITY:-528}" 2>&1 |
+      grep -E 'device loop|loop compiled|rror' | cut -c1-110
+  done
 }
 
 variants() {
