@@ -48,7 +48,7 @@ var (
 	jsonOut      = flag.String("json", "", "also write the results as JSON to this file")
 	fp8          = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
 	decoder      = flag.String("fp8-decoder", "lut", "in-graph FP8 decoder: lut or bits")
-	prefillCap   = flag.Int("prefill-capacity", 0, "cache slots of the prefill timings (0: as many as prompt tokens; the decoder has prompt + new tokens + a block and a window, rounded up to 256)")
+	prefillCap   = flag.Int("prefill-capacity", 0, "cache slots of the prefill timings (0: as many as prompt tokens; the decoder has prompt + new tokens + a block and a window, rounded up to 128)")
 	prefillIn    = flag.Bool("prefill-inputs", false, "prefill timings take start, write length and the logits' position as program inputs, as the decoder's prefill does, instead of constants")
 	prefillFresh = flag.Bool("prefill-fresh", false, "prefill timings upload their inputs each time (new tensors, as each Generate call has)")
 	prefillFree  = flag.Bool("prefill-free", false, "with -prefill-fresh, free the previous inputs first")
