@@ -29,8 +29,9 @@
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
-# under sets of XLA flags), prefillflags (XLA's GEMM flags on the prefill), attnbench (cuDNN's prefill attention with three masks), hostcost (a CPU
-# profile of the prefills), prefillab (prefills of builds of other refs), variants
+# under sets of XLA flags), prefillflags (XLA's GEMM flags on the prefill), attnbench
+# (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
+# prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
 # bench/cupti) and profile. A device call lasts at most 600 s, so the default stops at
 # two.
