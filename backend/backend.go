@@ -235,3 +235,15 @@ func FusesElementwise(b compute.Backend) bool {
 func AttentionLogSumExp(b compute.Backend) bool {
 	return b.String() == ourBackend
 }
+
+// FusedAttentionOverCache reports whether a window that attends over the cache holding
+// its keys in their slots should ask b's fused attention for it: yes where b has a
+// method FusedAttentionOverCache() bool that says so (our StableHLO backend with option
+// triton=attention, whose Triton kernel is made for short windows over many keys); no
+// elsewhere: go-xla's cuDNN lowering takes no more keys than queries, cuDNN's attention
+// over the cache on ours was slower than the plain path (BENCHMARKS.md, run Y), and the
+// Go backend's fused op is slower than its plain path.
+func FusedAttentionOverCache(b compute.Backend) bool {
+	f, ok := b.(interface{ FusedAttentionOverCache() bool })
+	return ok && f.FusedAttentionOverCache()
+}

@@ -445,16 +445,37 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
-// cuDNN's attention (bf16, on the plugin) gives the plain attention of the same inputs
+// The fused attention (bf16, on the plugin) gives the plain attention of the same inputs
 // computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
-// the backend turns into a bias broadcast over the heads) or a causal mask. The
-// tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's rounding of the
-// output and of the probabilities before their product with the values (2⁻⁸ each); a
-// dropped bias, or heads grouped the other way, differ by ~0.1 or more.
-func TestCuDNNAttentionMatchesPlain(t *testing.T) {
+// the backend turns into a bias broadcast over the heads) or a causal mask; as cuDNN's,
+// and with option triton=attention, where the windows over more keys run our Triton
+// kernel. The tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's
+// rounding of the output and of the probabilities before their product with the values
+// (2⁻⁸ each); a dropped bias, or heads grouped the other way, differ by ~0.1 or more.
+func TestFusedAttentionMatchesPlain(t *testing.T) {
 	onPlugin, onGo := backends(t)
+	withTriton, err := sharedTritonAttention()
+	require.NoError(t, err)
+	for _, kernels := range []struct {
+		name string
+		b    compute.Backend
+	}{{"cuDNN", onPlugin}, {"Triton", withTriton}} {
+		t.Run(kernels.name, func(t *testing.T) { fusedAttentionMatchesPlain(t, kernels.b, onGo) })
+	}
+}
+
+var sharedTritonAttention = sync.OnceValues(func() (*hlo.Backend, error) {
+	b, err := sharedBackends()
+	if err != nil {
+		return nil, err
+	}
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention")
+})
+
+// fusedAttentionMatchesPlain is TestFusedAttentionMatchesPlain on onPlugin.
+func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	bshd, bhsd := compute.AttentionAxesLayoutBSHD, compute.AttentionAxesLayoutBHSD
 	for _, c := range []struct {
@@ -545,7 +566,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 			}
 			got, want := execOnBoth(t, onPlugin, fused, onGo, plain, inputs...)
 			worst := maxAbsDiff(t, got[0], want[0])
-			t.Logf("max |cuDNN - plain|: %.2g", worst)
+			t.Logf("max |fused - plain|: %.2g", worst)
 			require.LessOrEqual(t, worst, 1e-2)
 		})
 	}
