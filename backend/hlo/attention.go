@@ -114,7 +114,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(shape.d))
 	}
-	if a, ok := f.tritonAttention(shape, layout, cfg, q.DType, scale); ok {
+	if a, ok := f.tritonAttention(shape, layout, vs, cfg.Causal, scale); ok {
 		out, err := f.attentionByTriton(vs, a)
 		return out, nil, err
 	}
@@ -298,16 +298,20 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 }
 
 // tritonAttention returns the shape of our Triton decode attention for an attention of
-// shape s, and whether the backend runs it there: with option triton=attention, for
-// bfloat16 BHSD operands with a bias, no causal mask, more keys than queries (a window
-// over its cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
+// shape s over the operands vs (q, k, v and any bias, checked), and whether the backend
+// runs it there: with option triton=attention, for bfloat16 BHSD operands with a bias
+// of the batch's rows, no causal mask, more keys than queries (a window over its
+// cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
 // key/value head).
-func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxesLayout,
-	cfg compute.ScaledDotProductAttentionConfig, dtype dtypes.DType, scale float64) (triton.Attention, bool) {
-	a := triton.Attention{B: s.b, Heads: s.heads, KVHeads: s.kvHeads, T: s.t, S: s.s, D: s.d, Scale: scale}
-	ok := f.builder.backend.tritonAttention && layout == compute.AttentionAxesLayoutBHSD && cfg.Bias != nil &&
-		!cfg.Causal && dtype == dtypes.BFloat16 && s.s > s.t && triton.CheckAttention(a) == nil
-	return a, ok
+func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxesLayout, vs []*stablehlo.Value,
+	causal bool, scale float64) (triton.Attention, bool) {
+	if !f.builder.backend.tritonAttention || len(vs) != 4 || layout != compute.AttentionAxesLayoutBHSD || causal ||
+		vs[0].Shape().DType != dtypes.BFloat16 || s.s <= s.t || vs[3].Shape().Dimensions[0] != s.b {
+		return triton.Attention{}, false
+	}
+	a := triton.Attention{B: s.b, Heads: s.heads, KVHeads: s.kvHeads, T: s.t, S: s.s, D: s.d,
+		BiasHeads: vs[3].Shape().Dimensions[1], Scale: scale}
+	return a, triton.CheckAttention(a) == nil
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our

@@ -10,10 +10,12 @@ import (
 
 // Attention is the shape of a short window's attention over many keys, the decoding
 // steps' kind: queries q [B, Heads, T, D], keys and values k, v [B, KVHeads, S, D], an
-// additive bias [B, Heads, T, S], all bfloat16 and row-major; query head h reads
+// additive bias [B, BiasHeads, T, S], all bfloat16 and row-major; query head h reads
 // key/value head h/(Heads/KVHeads).
 type Attention struct {
 	B, Heads, KVHeads, T, S, D int
+	// BiasHeads is the bias's head axis: Heads, or 1 for one bias of every head.
+	BiasHeads int
 	// Scale multiplies the scores q·kᵀ before the bias is added.
 	Scale float64
 }
@@ -78,6 +80,9 @@ func CheckAttention(a Attention) error {
 	} else if r := a.group() * a.T; r > maxAttentionRows {
 		errs = append(errs, fmt.Errorf("%d query heads per key/value head times %d queries is %d rows, over %d",
 			a.group(), a.T, r, maxAttentionRows))
+	}
+	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
+		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
 	}
 	if !isPowerOfTwo(a.D) || a.D < 16 || a.D > 128 {
 		errs = append(errs, fmt.Errorf("head dimension %d: a power of two from 16 to 128", a.D))
@@ -152,8 +157,7 @@ func AttentionTTIR(a Attention) (string, error) {
     %rdkb = tt.broadcast %rdk : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
     %rdvb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$BNx$Dxi32>
     %Sr = arith.constant dense<$S> : tensor<$Rxi32>
-    %brow = arith.muli %qrow, %Sr : tensor<$Rxi32>
-    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+$BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %browb = tt.broadcast %brow2 : tensor<$Rx1xi32> -> tensor<$RxBNxi32>
     %kbase = tt.splat %k : !tt.ptr<bf16> -> tensor<$Dx$BNx!tt.ptr<bf16>>
     %vbase = tt.splat %v : !tt.ptr<bf16> -> tensor<$BNx$Dx!tt.ptr<bf16>>
@@ -248,6 +252,18 @@ func AttentionTTIR(a Attention) (string, error) {
     tt.return
   }
 }`
+	// The bias row of each query row: its query's, or with one bias of every head its
+	// batch row's and position's.
+	biasRow := "    %brow = arith.muli %qrow, %Sr : tensor<$Rxi32>\n"
+	if a.BiasHeads == 1 && a.Heads > 1 {
+		biasRow = `    %cT = arith.constant $T : i32
+    %bT = arith.muli %bi, %cT : i32
+    %bTs = tt.splat %bT : i32 -> tensor<$Rxi32>
+    %brow0 = arith.addi %bTs, %iq : tensor<$Rxi32>
+    %brow = arith.muli %brow0, %Sr : tensor<$Rxi32>
+`
+	}
+	text = strings.Replace(text, "$BIASROW", biasRow, 1)
 	r := strconv.Itoa(a.Rows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
 	return strings.NewReplacer(

@@ -13,7 +13,7 @@ import (
 
 // MiniCPM5-2B's decoding windows: 16 query heads over 2 key/value heads of 128.
 func decodeAttention(t, s int) Attention {
-	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, Scale: 1 / math.Sqrt(128)}
+	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, BiasHeads: 16, Scale: 1 / math.Sqrt(128)}
 }
 
 // The grid: a program per batch row, key/value head and split of 32 keys, up to 264
@@ -28,8 +28,8 @@ func TestAttentionGrid(t *testing.T) {
 		{decodeAttention(8, 520), 64, 17, 32, 34},
 		{decodeAttention(4, 4100), 32, 129, 32, 258},
 		{decodeAttention(4, 8200), 32, 129, 64, 258},
-		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128}, 32, 2, 1056, 256},
-		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16}, 16, 1, 32, 8},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 2, 1056, 256},
+		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8},
 	} {
 		a := c.a
 		require.Equal(t, c.rows, a.Rows(), "%+v", a)
@@ -49,10 +49,11 @@ func TestCheckAttention(t *testing.T) {
 		want string
 	}{
 		{decodeAttention(9, 64), "72 rows, over 64"},
-		{Attention{B: 1, Heads: 6, KVHeads: 4, T: 1, S: 8, D: 64}, "not groups"},
-		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 1, S: 8, D: 96}, "power of two"},
-		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 0, S: 8, D: 64}, "positive"},
-		{Attention{B: 1 << 10, Heads: 16, KVHeads: 2, T: 4, S: 1 << 16, D: 128}, "int32 offsets"},
+		{Attention{B: 1, Heads: 6, KVHeads: 4, T: 1, S: 8, D: 64, BiasHeads: 6}, "not groups"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 1, S: 8, D: 96, BiasHeads: 4}, "power of two"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 0, S: 8, D: 64, BiasHeads: 4}, "positive"},
+		{Attention{B: 1 << 10, Heads: 16, KVHeads: 2, T: 4, S: 1 << 16, D: 128, BiasHeads: 16}, "int32 offsets"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 1, S: 8, D: 64, BiasHeads: 2}, "the bias has 2 heads"},
 	} {
 		require.ErrorContains(t, CheckAttention(c.a), c.want, "%+v", c.a)
 		_, err := AttentionTTIR(c.a)
@@ -77,11 +78,14 @@ func requireWellFormed(t *testing.T, text string) {
 	require.Equal(t, strings.Count(text, "("), strings.Count(text, ")"))
 }
 
-// The kernel's text for the decoding windows: its sizes in place, and its three outputs
+// The kernel's text for the decoding windows: its sizes in place, its bias rows those of
+// the queries or, with one bias of every head, of the positions, and its three outputs
 // stored.
 func TestAttentionTTIR(t *testing.T) {
-	for _, a := range []Attention{decodeAttention(1, 513), decodeAttention(4, 516), decodeAttention(8, 2056)} {
-		t.Run(fmt.Sprintf("T%d_S%d", a.T, a.S), func(t *testing.T) {
+	shared := decodeAttention(4, 516)
+	shared.BiasHeads = 1
+	for _, a := range []Attention{decodeAttention(1, 513), decodeAttention(4, 516), decodeAttention(8, 2056), shared} {
+		t.Run(fmt.Sprintf("T%d_S%d_biasheads%d", a.T, a.S, a.BiasHeads), func(t *testing.T) {
 			text, err := AttentionTTIR(a)
 			require.NoError(t, err)
 			requireWellFormed(t, text)
@@ -93,6 +97,11 @@ func TestAttentionTTIR(t *testing.T) {
 			require.Contains(t, text, fmt.Sprintf("%%rlast = arith.constant dense<%d>", 8*a.T-1))
 			require.Contains(t, text, "%scale = arith.constant dense<8.838834765e-02>")
 			require.Equal(t, 3, strings.Count(text, "tt.store"))
+			if a.BiasHeads == 1 {
+				require.Contains(t, text, "%brow = arith.muli %brow0, %Sr")
+			} else {
+				require.Contains(t, text, "%brow = arith.muli %qrow, %Sr")
+			}
 		})
 	}
 }

@@ -58,7 +58,7 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 func AttentionPartials(q, k, v, bias *stablehlo.Value, a Attention) (acc, m, l *stablehlo.Value, err error) {
 	want := []shapes.Shape{
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
-		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.S),
+		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
 	}
 	for i, x := range []*stablehlo.Value{q, k, v, bias} {
 		if !x.Shape().Equal(want[i]) {
