@@ -3,6 +3,7 @@
 package hlo_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -445,6 +446,99 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
+// The bf16 fixture models with triton=attention give the plain backend's logits on
+// windows over their cache in their slots, which run our Triton kernel: at batch 2,
+// windows of 8 at different starts committing different lengths, then one-token
+// windows; at batch 1, a session's commits of 4 and of 1 token (in place, and in its
+// own slot). The tolerance is TestTritonGEMVModelsMatch's.
+func TestTritonAttentionModelsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	withTriton, err := sharedTritonAttention()
+	require.NoError(t, err)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			run := func(m *model.Model) [][][]float32 {
+				var all [][][]float32
+				add := func(rows [][]float32, err error) {
+					require.NoError(t, err)
+					all = append(all, rows)
+				}
+				s, err := m.NewSession(32, 4)
+				require.NoError(t, err)
+				defer s.Close()
+				_, err = s.Prefill(testTokens[:4])
+				require.NoError(t, err)
+				add(s.Commit(testTokens[4:8]))
+				s1, err := m.NewSession(32, 1)
+				require.NoError(t, err)
+				defer s1.Close()
+				_, err = s1.Prefill(testTokens[:5])
+				require.NoError(t, err)
+				add(s1.Commit(testTokens[5:6]))
+				add(s1.Commit(testTokens[6:7]))
+				batch2 := batch2Windows(t, m, 32)
+				add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+				add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+				add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
+				return all
+			}
+			got, want := run(loadModel(t, withTriton, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
+			worst := 0.0
+			for i, w := range []string{"commit of 4", "commit of 1", "second commit of 1", "batch 2, window 8", "batch 2, window 8 over the cache", "batch 2, window 1"} {
+				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
+			}
+			t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
+		})
+	}
+}
+
+// batch2Windows returns a function that forwards windows of w testTokens at batch 2
+// over a cache of capacity slots kept between calls, row r at starts[r] writing
+// writes[r], and returns the logits rows of both rows' windows.
+func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, starts, writes [2]int32) ([][]float32, error) {
+	cache, err := m.NewCache(2, capacity)
+	require.NoError(t, err)
+	t.Cleanup(func() { cache.Free() })
+	return func(w int, starts, writes [2]int32) ([][]float32, error) {
+		vec := shapes.Make(dtypes.Int32, 2)
+		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 2, w), vec, vec}
+		for range 2 * m.Config.NumLayers {
+			inputs = append(inputs, m.CacheShape(2, capacity))
+		}
+		p, err := m.CachedProgram(fmt.Sprintf("test/batch2/%d/%d", capacity, w), inputs, func(wt *model.Weights, in []*Node) []*Node {
+			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: 4}
+			logits, c := m.Forward(wt, win, model.CacheNodesFrom(in[3:]), nil)
+			return append([]*Node{logits}, c.Nodes()...)
+		})
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]int32, 0, 2*w)
+		for r := range 2 {
+			for i := range w {
+				ids = append(ids, int32(testTokens[(r*3+i)%len(testTokens)]))
+			}
+		}
+		out, err := p.Run(append([]*tensors.Tensor{tensors.FromFlatDataAndDimensions(ids, 2, w),
+			tensors.FromValue(starts[:]), tensors.FromValue(writes[:])}, cache.Tensors()...)...)
+		if err != nil {
+			return nil, err
+		}
+		cache.Free()
+		cache = model.CacheFromTensors(out[1:])
+		logits, err := tensors.CopyFlatData[float32](out[0])
+		if err != nil {
+			return nil, err
+		}
+		vocab := m.Config.VocabSize
+		rows := make([][]float32, 2*w)
+		for i := range rows {
+			rows[i] = logits[i*vocab : (i+1)*vocab]
+		}
+		return rows, nil
+	}
+}
+
 // The fused attention (bf16, on the plugin) gives the plain attention of the same inputs
 // computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
@@ -482,18 +576,22 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 		name                    string
 		layout                  compute.AttentionAxesLayout
 		b, heads, kvHeads, t, s int
-		hide                    string // "bias", "mask", "causal" or "causal+mask"
+		hide                    string // "bias", "mask", "lengths" (a mask), "causal" or "causal+mask"
+		d                       int    // head dimension; 0 is 128
 	}{
-		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias"},
-		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask"},
-		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal"},
-		{"BSHD causal with a mask", bshd, 1, 16, 2, 200, 200, "causal+mask"},
-		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias"},
-		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias"},
-		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias"},
+		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias", 0},
+		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask", 0},
+		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal", 0},
+		{"BSHD causal with a mask", bshd, 1, 16, 2, 200, 200, "causal+mask", 0},
+		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias", 0},
+		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias", 0},
+		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias", 0},
+		{"BHSD 8 queries over 300 keys, batch 3, rows of different lengths", bhsd, 3, 16, 2, 8, 300, "lengths", 0},
+		{"BHSD 1 query over 900 keys, batch 4, rows of different lengths", bhsd, 4, 16, 2, 1, 900, "lengths", 0},
+		{"BHSD 4 queries over 70 keys, batch 2, head dimension 64, groups of 2", bhsd, 2, 4, 2, 4, 70, "lengths", 64},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			const d = 128
+			d := cmp.Or(c.d, 128)
 			seqDims := func(heads, n int) []int {
 				if c.layout == bshd {
 					return []int{c.b, n, heads, d}
@@ -504,6 +602,9 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 				randomBF16(rng, seqDims(c.kvHeads, c.s), 1)}
 			// query i sees key j unless (3i + 7j) % 5 == 0, and always key 0
 			hidden := func(i int) bool { q, k := i/c.s%c.t, i%c.s; return k != 0 && (3*q+7*k)%5 == 0 }
+			if c.hide == "lengths" { // row r sees its first s·(r+1)/b keys: whole splits hidden
+				hidden = func(i int) bool { r, k := i/(c.t*c.s), i%c.s; return k >= c.s*(r+1)/c.b }
+			}
 			switch c.hide {
 			case "bias":
 				bias := make([]bfloat16.BFloat16, c.b*c.heads*c.t*c.s)
@@ -513,7 +614,7 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 					}
 				}
 				inputs = append(inputs, tensors.FromFlatDataAndDimensions(bias, c.b, c.heads, c.t, c.s))
-			case "mask", "causal+mask":
+			case "mask", "lengths", "causal+mask":
 				mask := make([]bool, c.b*c.t*c.s)
 				for i := range mask {
 					mask[i] = !hidden(i)
@@ -525,7 +626,7 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 				switch c.hide {
 				case "bias":
 					cfg.Bias = InternalBackendOutputs(in[3])[0]
-				case "mask", "causal+mask":
+				case "mask", "lengths", "causal+mask":
 					cfg.Mask = InternalBackendOutputs(in[3])[0]
 				}
 				out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], c.layout, cfg)
@@ -542,13 +643,13 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 				group := c.heads / c.kvHeads
 				q := Reshape(toBHSD(in[0]), c.b, c.kvHeads, group, c.t, d)
 				k, v := toBHSD(in[1]), toBHSD(in[2])
-				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(d)) // [b, kvHeads, group, t, s]
+				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(float64(d))) // [b, kvHeads, group, t, s]
 				g := q.Graph()
 				causal := Reshape(GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1)), 1, 1, 1, c.t, c.s)
 				switch c.hide {
 				case "causal":
 					scores = Where(BroadcastToShape(causal, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
-				case "mask", "causal+mask":
+				case "mask", "lengths", "causal+mask":
 					seen := Reshape(in[3], c.b, 1, 1, c.t, c.s)
 					if c.hide == "causal+mask" {
 						seen = LogicalAnd(seen, causal)
