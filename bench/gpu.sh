@@ -29,7 +29,8 @@
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
-# under sets of XLA flags), prefillflags (XLA's GEMM flags on the prefill), attnbench
+# under sets of XLA flags), tritonattention (our attention kernel over the cache),
+# prefillflags (XLA's GEMM flags on the prefill), attnbench
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
@@ -98,6 +99,7 @@ backend_config() {
     bdxla) echo "bdxla:$plugin,preallocate=true" ;;
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
+    bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
   esac
 }
 
@@ -276,6 +278,30 @@ flagsweep() {
     XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 .gpu/bin/bench -only steps \
       -steps "${STEPS:-denoise,fused,ar}" -iters 20 -capacity "${CAPACITY:-528}" 2>&1 |
       grep -E 'device loop|loop compiled|rror' | cut -c1-110
+  done
+}
+
+tritonattention() {
+  # Our Triton attention over the cache (option triton=attention): its GPU tests, then
+  # batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv without and with it,
+  # and with BATCHES set (e.g. 8,64) decoding there (fused quality under reveal-all,
+  # and autoregressive) (~110 s; ~200 s more per batch size).
+  section "triton=attention: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
+    -test.run 'TestFusedAttentionMatchesPlain|TestTritonAttention' >"$OUT/tritonattention-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|triton - plain|Error:|gpu_test.go:[0-9]+: [a-z]' "$OUT/tritonattention-tests.log" | head -30
+  local label cfg d
+  for label in bdxla-gemv bdxla-gemv-attention; do
+    cfg=$(backend_config "$label")
+    section "steps on $label, ${CAPACITY:-528} slots"
+    GOMLX_BACKEND=$cfg timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+      -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
+    [ -n "${BATCHES:-}" ] || continue
+    for d in "fused quality, reveal-all" autoregressive; do
+      section "decoding ($d) at batches $BATCHES on $label"
+      GOMLX_BACKEND=$cfg timeout 150 .gpu/bin/bench -only decode -batches "$BATCHES" -decode "$d" 2>&1 |
+        grep -E '^(fused|autoregressive)' | grep -v compiled
+    done
   done
 }
 

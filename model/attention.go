@@ -106,8 +106,9 @@ type masks struct {
 	// reads no cache, see [PrefillAttention]).
 	fused *fusedMasks
 	// overCache, when not nil, asks attention for the backend's fused op over the cache
-	// holding the window's keys in their slots (inSlots or ownSlot as its mask [b, w,
-	// s]), where the backend offers a kernel for it (backend.FusedAttentionOverCache).
+	// holding the window's keys in their slots (inSlots or ownSlot as its mask [1, w,
+	// s], see [overCacheMasks]), where the backend offers a kernel for it
+	// (backend.FusedAttentionOverCache).
 	overCache *fusedMasks
 }
 
@@ -142,15 +143,19 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 	return f
 }
 
-// overCacheMasks returns the mask [b, w, s] of a window that attends over the cache
-// holding its keys in their slots (m.inSlots or m.ownSlot, [b, 1, w, 1, s]) in the
-// form the fused op takes, or nil when the window attends otherwise.
+// overCacheMasks returns the mask [1, w, s] of a window at batch 1 that attends over
+// the cache holding its keys in their slots (m.inSlots or m.ownSlot, [1, 1, w, 1, s])
+// in the form the fused op takes, or nil when the window attends otherwise. Larger
+// batches keep the plain path: with our Triton kernel on an H200 batch-1 steps got 4-5 %
+// faster, but decoding at batch 8 lost 6 % and autoregressive decoding at batch 64 lost
+// 14 %, where the plain products already read the cache at about the copy bandwidth
+// (BENCHMARKS.md, run BV).
 func overCacheMasks(m masks) *fusedMasks {
 	visible := m.inSlots
 	if visible == nil {
 		visible = m.ownSlot
 	}
-	if visible == nil {
+	if visible == nil || visible.Shape().Dimensions[0] != 1 {
 		return nil
 	}
 	dims := visible.Shape().Dimensions

@@ -18,12 +18,14 @@ const Target = "__gpu$xla.gpu.triton"
 // writing outputs, on a grid of grid programs of warps warps, its loops pipelined
 // stages deep: XLA passes the operands' and then the outputs' buffers as the kernel's
 // pointer arguments. Its backend config is the MLIR dictionary that XLA's
-// TritonCall::Parse reads. No layouts are given: operands and outputs are row-major.
+// TritonCall::Parse reads. Every operand and output is laid out row-major, as the
+// kernels index them: without layouts XLA may pick others, e.g. a transpose's operand
+// order for its result, which the kernel would read as garbage.
 func Call(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
 	config := fmt.Sprintf(`{name = "%s", ir = "%s", num_stages = %d : i32, num_warps = %d : i32, `+
 		`grid_x = %d : i32, grid_y = 1 : i32, grid_z = 1 : i32, debug = false}`,
 		name, mlirEscape(ir), stages, warps, grid)
-	return stablehlo.CustomCallV2(Target, config, operands, nil, outputs, nil)
+	return stablehlo.CustomCallV2(Target, config, operands, make([][]int, len(operands)), outputs, make([][]int, len(outputs)))
 }
 
 // mlirEscape escapes s for an MLIR string literal: quotes and backslashes as hex
