@@ -47,8 +47,10 @@ const InPlaceMarker = "~output="
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
 // preallocating device memory made large outputs 2-3x faster to allocate on the H200;
-// triton=gemv runs the 1-row products our Triton GEMV measured faster.
-const cudaOptions = ",preallocate=true,triton=gemv"
+// triton=gemv runs the 1-row products our Triton GEMV measured faster; triton=attention
+// runs batch-1 windows' attention over the cache as our Triton kernel (the fused and AR
+// steps 3-5 % faster, BENCHMARKS.md runs BV-BW).
+const cudaOptions = ",preallocate=true,triton=gemv,triton=attention"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -462,14 +463,15 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 					require.NoError(t, err)
 					all = append(all, rows)
 				}
+				tokens := append(slices.Clone(testTokens), testTokens...)
 				for _, block := range []int{4, 1} {
 					s, err := m.NewSession(32, block)
 					require.NoError(t, err)
 					defer s.Close()
-					_, err = s.Prefill(testTokens[:4])
+					_, err = s.Prefill(tokens[:4])
 					require.NoError(t, err)
-					add(s.Commit(testTokens[4 : 4+block]))
-					add(s.Commit(testTokens[4+block : 4+2*block]))
+					add(s.Commit(tokens[4 : 4+block]))
+					add(s.Commit(tokens[4+block : 4+2*block]))
 				}
 				return all
 			}
