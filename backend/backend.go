@@ -47,8 +47,10 @@ const InPlaceMarker = "~output="
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
 // preallocating device memory made large outputs 2-3x faster to allocate on the H200;
-// triton=gemv runs the 1-row products our Triton GEMV measured faster.
-const cudaOptions = ",preallocate=true,triton=gemv"
+// triton=gemv runs the 1-row products our Triton GEMV measured faster; triton=attention
+// runs batch-1 windows' attention over the cache as our Triton kernel (the fused and AR
+// steps 3-5 % faster, BENCHMARKS.md runs BV-BW).
+const cudaOptions = ",preallocate=true,triton=gemv,triton=attention"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {
@@ -234,4 +236,16 @@ func FusesElementwise(b compute.Backend) bool {
 // statistics.
 func AttentionLogSumExp(b compute.Backend) bool {
 	return b.String() == ourBackend
+}
+
+// FusedAttentionOverCache reports whether a window that attends over the cache holding
+// its keys in their slots should ask b's fused attention for it: yes where b has a
+// method FusedAttentionOverCache() bool that says so (our StableHLO backend with option
+// triton=attention, whose Triton kernel is made for short windows over many keys); no
+// elsewhere: go-xla's cuDNN lowering takes no more keys than queries, cuDNN's attention
+// over the cache on ours was slower than the plain path (BENCHMARKS.md, run Y), and the
+// Go backend's fused op is slower than its plain path.
+func FusedAttentionOverCache(b compute.Backend) bool {
+	f, ok := b.(interface{ FusedAttentionOverCache() bool })
+	return ok && f.FusedAttentionOverCache()
 }

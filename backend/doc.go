@@ -1,9 +1,11 @@
 // Package backend picks the compute backend blockdiff runs on, in one place.
 //
 // XLA on CUDA is chosen when a CUDA PJRT plugin is found, through our own StableHLO
-// backend (package backend/hlo, "bdxla:PLUGIN,preallocate=true,triton=gemv", whose
-// Triton GEMVs run 1-row dense products of the larger weights: autoregressive decoding
-// 7 % faster at batch 1, the rest as fast as go-xla's backend; see BENCHMARKS.md),
+// backend (package backend/hlo,
+// "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention": its Triton GEMVs run
+// 1-row dense products of the larger weights, autoregressive decoding 7 % faster at
+// batch 1; its Triton attention runs batch-1 windows over the cache, the fused and AR
+// steps 3-5 % faster; the rest is as fast as go-xla's backend; see BENCHMARKS.md),
 // otherwise GoMLX's pure-Go backend. The order of precedence is:
 //
 //  1. BLOCKDIFF_PJRT_PLUGIN: the absolute path of a PJRT plugin (.so) to load.

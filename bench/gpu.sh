@@ -29,7 +29,8 @@
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
-# under sets of XLA flags), prefillflags (XLA's GEMM flags on the prefill), attnbench
+# under sets of XLA flags), tritonattention (our attention kernel over the cache),
+# prefillflags (XLA's GEMM flags on the prefill), attnbench
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
@@ -91,13 +92,17 @@ hlodecoder() {
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
-# ours, ours with triton=gemv or with triton=gemv-all, each preallocating.
+# ours bare (bdxla), with triton=gemv, triton=gemv-all or triton=gemv,triton=attention,
+# each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
+# triton=gemv alone).
 backend_config() {
   case $1 in
     xla) echo "$XLA_BF16" ;;
     bdxla) echo "bdxla:$plugin,preallocate=true" ;;
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
+    bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
+    ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
   esac
 }
 
@@ -123,12 +128,12 @@ hlosteps() {
 }
 
 hlodecode() {
-  # Prefill (cuDNN's attention and plain) and decoding on XLA's backend and on ours with
-  # triton=gemv (whose 1-row AR steps are not padded at batch 1: backend.MinWindow), at the
+  # Prefill (cuDNN's attention and plain) and decoding on XLA's backend and on ours as
+  # picked (whose 1-row AR steps are not padded at batch 1: backend.MinWindow), at the
   # batch sizes of BATCHES (default 1; each size adds ~60-100 s per backend).
-  # ONLY="decode" skips the prefill; LABELS="bdxla-gemv" times one backend.
+  # ONLY="decode" skips the prefill; LABELS="ours" times one backend.
   local label
-  for label in ${LABELS:-xla bdxla-gemv}; do
+  for label in ${LABELS:-xla ours}; do
     section "${ONLY:-prefill,decode} at batch ${BATCHES:-1} on $label"
     GOMLX_BACKEND=$(backend_config "$label") timeout "${DECODE_TIMEOUT:-150}" .gpu/bin/bench -only "${ONLY:-prefill,decode}" \
       -batches "${BATCHES:-1}" -prefill-attention auto,plain >"$OUT/decode-$label.log" 2>&1
@@ -138,13 +143,13 @@ hlodecode() {
 
 steps() {
   # Batch-1 steps in a device loop of 20 and prefill (cuDNN attention) on XLA's backend
-  # and ours with triton=gemv (the default on CUDA); after peer in the same call, the
+  # and ours as picked on CUDA; after peer in the same call, the
   # same-run comparison of BENCHMARKS.md (~180 s; with the peer ~320 s). Our steps
   # attend over their whole cache: 2048 slots, then 528, the peer's bucket for a
   # context of 512 (its decode steps attend over roundup(context + commit, 16) slots),
   # then 768, what our decoder would size (a multiple of 256: no padding of the keys).
   local label
-  for label in xla bdxla-gemv; do
+  for label in xla ours; do
     section "steps and prefill on $label"
     GOMLX_BACKEND=$(backend_config "$label") timeout 130 .gpu/bin/bench -only steps,prefill -steps denoise,fused,ar \
       -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
@@ -152,7 +157,7 @@ steps() {
   done
   local slots
   for slots in 528 768; do
-    section "steps on bdxla-gemv, a cache of $slots slots"
+    section "steps on ours, a cache of $slots slots"
     CAPACITY=$slots steps_of .gpu/bin/bench
   done
 }
@@ -164,7 +169,7 @@ freshinputs() {
   # and new ones without XLA's command buffers (are its CUDA graphs updated for new
   # addresses?); then batch-1 decoding, whose prefill inside the decoder took 12.5-16.4
   # ms against 7.2 ms bare (runs AE, AG). ~200 s.
-  export GOMLX_BACKEND=$(backend_config bdxla-gemv)
+  export GOMLX_BACKEND=$(backend_config ours)
   local flags
   for flags in "" "-prefill-fresh" "-prefill-fresh -prefill-free"; do
     section "prefill $flags"
@@ -184,9 +189,9 @@ peer() {
 
 bench() {
   # Steps, prefill and decoding at batch 1, 8 and 64 (bf16, MiniCPM5-2B shape) on the
-  # backend blockdiff picks on CUDA (ours with triton=gemv; runs before AC: XLA's).
+  # backend blockdiff picks on CUDA (ours; runs before AC: XLA's).
   section "blockdiff bench"
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
+  GOMLX_BACKEND=$(backend_config ours) timeout 300 .gpu/bin/bench -only steps,prefill,decode -batches 1,8,64 \
     -steps denoise,fused,ar,ar-padded -prefill-attention fused,plain -json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
   echo "bench: rc=$?"; grep -v '^\(backend\|loaded\)' "$OUT/bench.log" | tail -40
 }
@@ -250,7 +255,7 @@ tiling() {
   # 40 s of compiling per step loop in run G), then the exhaustive search with XLA's
   # per-fusion autotune cache on disk, cold and warm: does a second process compile
   # fast? First the plugin's flags (flags.txt) and those that name programmatic
-  # dependent launch, then batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv.
+  # dependent launch, then batch-1 steps over CAPACITY (default 528) slots on ours.
   local cache="--xla_gpu_exhaustive_tiling_search=true --xla_gpu_per_fusion_autotune_cache_dir=$OUT/autotune"
   strings "$plugin" | grep -o 'xla_gpu_[a-z0-9_]*' | sort -u >"$OUT/flags.txt"
   echo "flags.txt: $(wc -l <"$OUT/flags.txt") xla_gpu flags; PDL:"
@@ -258,14 +263,14 @@ tiling() {
   local flags
   for flags in "" "$cache" "$cache"; do
     section "XLA_FLAGS=$flags"
-    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 240 .gpu/bin/bench -only steps \
+    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only steps \
       -steps denoise,fused,ar -iters 20 -capacity "${CAPACITY:-528}" 2>&1 | grep -E 'device loop|loop compiled'
   done
   echo "autotune cache: $(ls "$OUT/autotune" 2>/dev/null | wc -l) files"
 }
 
 flagsweep() {
-  # Batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv under each set of XLA
+  # Batch-1 steps over CAPACITY (default 528) slots on ours under each set of XLA
   # flags in FLAGSETS (separated by ';'; default: programmatic dependent launch on and
   # off, and XLA's experimental Triton features), the default first and last, with each
   # loop's compile time (~30 s a set).
@@ -273,19 +278,43 @@ flagsweep() {
   IFS=';' read -r -a sets <<<"${FLAGSETS:---xla_gpu_enable_pdl=true --xla_gpu_enable_pdl_launch=true;--xla_gpu_enable_pdl=false --xla_gpu_enable_pdl_launch=false;--xla_gpu_experimental_enable_triton_tma=true;--xla_gpu_experimental_enable_triton_warp_specialization=true --xla_gpu_experimental_enable_triton_tma=true;--xla_gpu_experimental_enable_fusion_block_level_rewriter=true;--xla_gpu_experimental_all_fusions_with_triton=true}"
   for flags in "" "${sets[@]}" ""; do
     section "XLA_FLAGS=$flags"
-    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 .gpu/bin/bench -only steps \
+    XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config ours) timeout 120 .gpu/bin/bench -only steps \
       -steps "${STEPS:-denoise,fused,ar}" -iters 20 -capacity "${CAPACITY:-528}" 2>&1 |
       grep -E 'device loop|loop compiled|rror' | cut -c1-110
   done
 }
 
+tritonattention() {
+  # Our Triton attention over the cache (option triton=attention): its GPU tests, then
+  # batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv without and with it,
+  # and with BATCHES set (e.g. 8,64) decoding there (fused quality under reveal-all,
+  # and autoregressive) (~110 s; ~200 s more per batch size).
+  section "triton=attention: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
+    -test.run 'TestFusedAttentionMatchesPlain|TestTritonAttention' >"$OUT/tritonattention-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|triton - plain|Error:|gpu_test.go:[0-9]+: [a-z]' "$OUT/tritonattention-tests.log" | head -30
+  local label cfg d
+  for label in bdxla-gemv bdxla-gemv-attention; do
+    cfg=$(backend_config "$label")
+    section "steps on $label, ${CAPACITY:-528} slots"
+    GOMLX_BACKEND=$cfg timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+      -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
+    [ -n "${BATCHES:-}" ] || continue
+    for d in "fused quality, reveal-all" autoregressive; do
+      section "decoding ($d) at batches $BATCHES on $label"
+      GOMLX_BACKEND=$cfg timeout 150 .gpu/bin/bench -only decode -batches "$BATCHES" -decode "$d" 2>&1 |
+        grep -E '^(fused|autoregressive)' | grep -v compiled
+    done
+  done
+}
+
 variants() {
   # This build against the builds of other git refs (bench/build-gpu.sh with VARIANTS;
-  # VARIANTS="ref ..." here picks some), on the default backend (bdxla-gemv): every
+  # VARIANTS="ref ..." here picks some), on the default backend (ours): every
   # build's model tests on it, then everyone's steps with caches of 528 and 2048 slots,
   # the 528-slot steps again in a second round, and decoding at BATCHES (default 1)
   # (~200 s per build). Runs I-M ran it as it was at their commits, on XLA's backend.
-  export GOMLX_BACKEND=$(backend_config bdxla-gemv)
+  export GOMLX_BACKEND=$(backend_config ours)
   local dirs=(.gpu/bin .gpu/bin/*/) dir cap round
   if [ -n "${VARIANTS:-}" ]; then
     dirs=(.gpu/bin); for ref in $VARIANTS; do dirs+=(".gpu/bin/${ref//\//_}"); done
@@ -359,7 +388,7 @@ build_tracer() {
 trace() {
   # In-graph kernel times (bench/cupti: a CUPTI injection library built here, since
   # nsys is absent and ncu crashed on our process): our AR and denoise steps over a
-  # cache of 528 slots on bdxla-gemv, then the peer's steps at batch 1 (~250 s).
+  # cache of 528 slots on ours, then the peer's steps at batch 1 (~250 s).
   # TRACE_STEPS="ar fused prefill decode" TRACE_CAPACITY=2048 TRACE_PEER=0: other steps
   # (the bench's 512- and 2048-token prefills, the decoder's AR loop), cache, no peer;
   # CUPTI_TRACE_API=1 also records the host's CUDA calls (bench/cupti/trace.c);
@@ -389,7 +418,7 @@ trace() {
       opener=input_multiply_reduce_fusion per=2
       [ "${TRACE_DECODE:-autoregressive}" = autoregressive ] || opener=input_add_multiply_reduce_fusion
     fi
-    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config bdxla-gemv) \
+    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config ours) \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
       timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
     sleep 1
@@ -418,7 +447,7 @@ arloop() {
   for round in 1 2; do
     for exit in count data; do
       section "AR step loop, exit on $exit, round $round"
-      GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 1024 \
+      GOMLX_BACKEND=$(backend_config ours) timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 1024 \
         -loop-exit "$exit" 2>&1 | grep 'device loop' | grep -v compiled
     done
   done
@@ -427,7 +456,7 @@ arloop() {
 
 decodeab() {
   # Decoding at BATCHES (bench -batches, default 1) of this build and of the builds of
-  # VARIANTS on bdxla-gemv, alternating, ROUNDS rounds (default 2); DECODE picks cases
+  # VARIANTS on ours, alternating, ROUNDS rounds (default 2); DECODE picks cases
   # (bench -decode, e.g. autoregressive; default all: ~80 s per build and round at
   # batch 1).
   alternate "decoding at batch ${BATCHES:-1}" decodes
@@ -435,21 +464,21 @@ decodeab() {
 
 stepsab() {
   # Batch-1 steps (STEPS, default denoise,fused,ar; 20 per execution) over CAPACITY cache
-  # slots (default 528) of this build and of the builds of VARIANTS on bdxla-gemv,
+  # slots (default 528) of this build and of the builds of VARIANTS on ours,
   # alternating, ROUNDS rounds (default 2): ~35 s per build and round.
   alternate "steps over ${CAPACITY:-528} slots" steps_of
 }
 
 steps_of() {
   # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
+  GOMLX_BACKEND=$(backend_config ours) timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
     -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
 }
 
 decodes() {
-  # decodes BENCH: decoding rows of the bench binary BENCH on bdxla-gemv, as decodeab
+  # decodes BENCH: decoding rows of the bench binary BENCH on ours, as decodeab
   # says (DECODE_TIMEOUT: seconds, default 150).
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
+  GOMLX_BACKEND=$(backend_config ours) timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
     -batches "${BATCHES:-1}" -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
 }
 
@@ -468,13 +497,13 @@ alternate() {
 
 prefills() {
   # prefills BENCH [FLAGS...]: the 512- and 2048-token prefill rows of the bench binary
-  # BENCH on bdxla-gemv.
-  GOMLX_BACKEND=$(backend_config bdxla-gemv) timeout 120 "$1" -only prefill "${@:2}" 2>&1 |
+  # BENCH on ours.
+  GOMLX_BACKEND=$(backend_config ours) timeout 120 "$1" -only prefill "${@:2}" 2>&1 |
     grep -E 'prefill [0-9]+ tokens'
 }
 
 prefillflags() {
-  # The 512- and 2048-token prefills on bdxla-gemv under XLA flags that change its GEMMs,
+  # The 512- and 2048-token prefills on ours under XLA flags that change its GEMMs,
   # default and cuBLAS alternating (~150 s): cuBLAS in place of XLA's Triton GEMMs (its
   # HLO dumped), no split-K; then the GPU flags this plugin knows, into flags.txt.
   local flags dump

@@ -105,12 +105,17 @@ type masks struct {
 	// fused, when not nil, asks attention for the backend's fused op (a window that
 	// reads no cache, see [PrefillAttention]).
 	fused *fusedMasks
+	// overCache, when not nil, asks attention for the backend's fused op over the cache
+	// holding the window's keys in their slots (inSlots or ownSlot as its mask [1, w,
+	// s], see [overCacheMasks]), where the backend offers a kernel for it
+	// (backend.FusedAttentionOverCache).
+	overCache *fusedMasks
 }
 
 // fusedMasks are the block-causal mask in the forms the fused op takes, built once per
 // forward and shared by the layers.
 type fusedMasks struct {
-	mask *Node // [b, w, w] bool: query sees key
+	mask *Node // [b, w, n] bool: query sees key (n: the window's keys, or the cache's slots)
 	// causal: BlockSize 1, where the block-causal mask is the op's own causal mask.
 	causal bool
 	bias   *Node // mask as an additive bias, built on first use
@@ -138,6 +143,25 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 	return f
 }
 
+// overCacheMasks returns the mask [1, w, s] of a window at batch 1 that attends over
+// the cache holding its keys in their slots (m.inSlots or m.ownSlot, [1, 1, w, 1, s])
+// in the form the fused op takes, or nil when the window attends otherwise. Larger
+// batches keep the plain path: with our Triton kernel on an H200 batch-1 steps got 4-5 %
+// faster, but decoding at batch 8 lost 6 % and autoregressive decoding at batch 64 lost
+// 14 %, where the plain products already read the cache at about the copy bandwidth
+// (BENCHMARKS.md, run BV).
+func overCacheMasks(m masks) *fusedMasks {
+	visible := m.inSlots
+	if visible == nil {
+		visible = m.ownSlot
+	}
+	if visible == nil || visible.Shape().Dimensions[0] != 1 {
+		return nil
+	}
+	dims := visible.Shape().Dimensions
+	return &fusedMasks{mask: Reshape(visible, dims[0], dims[2], dims[4])}
+}
+
 // byPartsMinWindow is the shortest window whose block-causal attention runs as causal
 // attention and the keys later in each block ([mergeLaterKeys]). cuDNN takes the
 // block-causal mask only as a bias and then computes every tile, while its causal mask
@@ -151,7 +175,7 @@ const byPartsMinWindow = 1024
 // bfloat16 and float32.
 const fusedMaskedBias = -1e30
 
-// additiveBias returns the mask as an additive bias [b, heads, w, w] in dtype (0 where
+// additiveBias returns the mask as an additive bias [b, heads, w, n] in dtype (0 where
 // visible, fusedMaskedBias elsewhere): XLA's cuDNN lowering takes exactly the query's
 // shape and dtype, no broadcasting.
 func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
@@ -252,7 +276,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 
 	scale := 1 / math.Sqrt(float64(d))
 	if mask.fused != nil { // set for windows that read no cache only
-		if out := fusedAttention(qHeads, k, v, mask.fused, scale); out != nil {
+		if out := fusedAttention(qHeads, k, v, compute.AttentionAxesLayoutBSHD, mask.fused, scale); out != nil {
 			return Reshape(out, b, w, heads*d), newCache
 		}
 	}
@@ -265,6 +289,13 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	negInf := Infinity(qkv.Graph(), dtypes.Float32, -1)
 	readsCache := cache != nil && mask.cache != nil
 	var out *Node
+	if keys != nil && mask.overCache != nil {
+		// The fused op in BHSD layout: queries [b, heads, w, d] over the cache's slots.
+		q := TransposeAllAxes(qHeads, 0, 2, 1, 3)
+		if out := fusedAttention(q, keys, values, compute.AttentionAxesLayoutBHSD, mask.overCache, scale); out != nil {
+			return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, w, heads*d), newCache
+		}
+	}
 	if keys != nil {
 		// One score and one value product over the cache [b, kvHeads, s, d] holding the
 		// window's keys and values in their slots.
@@ -384,21 +415,27 @@ func concatenates(cache shapes.Shape, w int) bool {
 	return cache.DType.SizeForDimensions(2, dims[0], dims[1], dims[2]+w, dims[3]) <= concatMaxBytes
 }
 
-// fusedAttention runs block-causal attention of a window on its own keys through the
-// backend's fused scaled-dot-product attention, with q [b, w, heads, d] and k, v
-// [b, w, kvHeads, d] (BSHD; the op groups query heads as repeat_kv does). It returns
-// the output [b, w, heads, d], or nil where the backend declines (ErrNotImplemented).
+// fusedAttention runs a window's attention through the backend's fused
+// scaled-dot-product attention (the op groups query heads as repeat_kv does), in
+// layout: BSHD, q [b, w, heads, d] and k, v [b, w, kvHeads, d], block-causal over the
+// window's own keys; or BHSD, q [b, heads, w, d] and k, v [b, kvHeads, s, d], over the
+// cache holding the window's keys in their slots. It returns the output in q's layout,
+// or nil where the backend declines (ErrNotImplemented).
 //
-// The mask goes first as a boolean [b, w, w] (the Go backend's float32 kernel takes it
+// The mask goes first as a boolean [b, w, n] (the Go backend's float32 kernel takes it
 // and skips hidden keys); a backend that declines masks (XLA's cuDNN lowering) gets it
-// again as an additive bias [b, heads, w, w] in the compute dtype. BlockSize 1 is plain
+// again as an additive bias [b, heads, w, n] in the compute dtype. BlockSize 1 is plain
 // causal attention and uses the op's causal flag, with no mask. With f.laterKeys set,
 // the op runs causal too and, if it returns its log-sum-exps, mergeLaterKeys adds each
 // query's later keys in its block; otherwise the mask follows as above.
-func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
+func fusedAttention(q, k, v *Node, layout compute.AttentionAxesLayout, f *fusedMasks, scale float64) *Node {
+	heads := q.Shape().Dimensions[2]
+	if layout == compute.AttentionAxesLayoutBHSD {
+		heads = q.Shape().Dimensions[1]
+	}
 	try := func(cfg *compute.ScaledDotProductAttentionConfig) (out *Node, states []*Node) {
 		err := exceptions.TryCatch[error](func() {
-			out, states = BackendFusedScaledDotProductAttention(q, k, v, compute.AttentionAxesLayoutBSHD, cfg)
+			out, states = BackendFusedScaledDotProductAttention(q, k, v, layout, cfg)
 		})
 		if err != nil {
 			if compute.IsNotImplemented(err) {
@@ -420,7 +457,7 @@ func fusedAttention(q, k, v *Node, f *fusedMasks, scale float64) *Node {
 	if out, _ := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Mask: InternalBackendOutputs(f.mask)[0]}); out != nil {
 		return out
 	}
-	out, _ := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(q.Shape().Dimensions[2], q.DType()))[0]})
+	out, _ := try(&compute.ScaledDotProductAttentionConfig{Scale: scale, Bias: InternalBackendOutputs(f.additiveBias(heads, q.DType()))[0]})
 	return out
 }
 

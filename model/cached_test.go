@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
@@ -292,4 +293,28 @@ func inSlotsRunner(t *testing.T, m *Model, capacity, w, block int) func(seqs [][
 		}
 		return rows
 	}
+}
+
+// Windows at batch 1 over the cache in their slots ask for the fused attention where
+// the backend offers a kernel for it (backend.FusedAttentionOverCache, our Triton
+// kernel on the GPU); forced here on the Go backend, whose fused op takes the same BHSD
+// operands and mask, they give the full forward's logits: windows of 4 writing in
+// place, one-token windows in their own slot. Batch 2 keeps the plain path.
+func TestFusedAttentionOverCache(t *testing.T) {
+	m := randomModel(t, prefillConfig(), 3)
+	m.fusesAnywhere, m.fusedOverCacheAnywhere = true, true
+
+	// The Go backend takes the op as the model asks for it, so the paths below run it.
+	g := NewGraph(m.backend, "over-cache")
+	q := IotaFull(g, shapes.Make(dtypes.Float32, 1, 4, 3, 8))
+	k := IotaFull(g, shapes.Make(dtypes.Float32, 1, 2, 16, 8))
+	visible := LessThan(Iota(g, shapes.Make(dtypes.Int32, 1, 3, 16), 2), Const(g, int32(5)))
+	require.NotNil(t, fusedAttention(q, k, k, compute.AttentionAxesLayoutBHSD, &fusedMasks{mask: visible}, 0.1))
+
+	seq := testSequence(16, m.Config.VocabSize)
+	requireCachedMatchesFull(t, m, seq, 5, 32, 4)
+	requireCachedMatchesFull(t, m, seq, 3, 32, 1)
+	batch2 := masks{inSlots: Reshape(visible, 1, 1, 3, 1, 16)}
+	batch2.inSlots = Concatenate([]*Node{batch2.inSlots, batch2.inSlots}, 0)
+	require.Nil(t, overCacheMasks(batch2))
 }

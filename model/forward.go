@@ -67,6 +67,9 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		byParts := win.Tokens.Shape().Dimensions[1] >= from && backend.AttentionLogSumExp(m.backend)
 		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1, byParts, pos, win.BlockSize)
 	}
+	if m.fusedOverCacheAnywhere || backend.FusedAttentionOverCache(m.backend) {
+		mask.overCache = overCacheMasks(mask)
+	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
 		if observe != nil {
 			observe(name, x)

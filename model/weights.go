@@ -39,6 +39,9 @@ type Model struct {
 	// elementwise work (see [inSlots] and [inOwnSlot]) on any backend, so that the Go
 	// backend's tests cover them.
 	fusesAnywhere bool
+	// fusedOverCacheAnywhere has windows over the cache in their slots ask for the fused
+	// attention (see [masks]) on any backend, so that the Go backend's tests cover it.
+	fusedOverCacheAnywhere bool
 	// partsFromWindow, when not 0, replaces byPartsMinWindow (see [mergeLaterKeys]), so
 	// that tests of short windows cover that path where the backend offers it.
 	partsFromWindow int

@@ -12,6 +12,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/go-xla/stablehlo"
 	xshapes "github.com/gomlx/go-xla/types/shapes"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 // The fused attention runs as cuDNN's flash attention, through the custom calls that
@@ -111,6 +113,15 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	scale := cfg.Scale
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(shape.d))
+	}
+	if a, ok := f.tritonAttention(shape, layout, vs, cfg.Causal, scale); ok {
+		out, err := f.attentionByTriton(vs, a)
+		return out, nil, err
+	} else if f.builder.backend.tritonAttention && shape.s > shape.t {
+		// A window over more keys that the kernel does not take: the plain path, not
+		// cuDNN's, which was slower there (BENCHMARKS.md, run Y).
+		return nil, nil, fmt.Errorf("hlo: %s: %d queries over %d keys outside our Triton kernel's shapes: %w",
+			op, shape.t, shape.s, compute.ErrNotImplemented)
 	}
 	target := cudnnAttentionTarget
 	if len(vs) == 4 {
@@ -289,4 +300,57 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 	}
 	text, err := json.Marshal(config)
 	return string(text), err
+}
+
+// tritonAttention returns the shape of our Triton decode attention for an attention of
+// shape s over the operands vs (q, k, v and any bias, checked), and whether the backend
+// runs it there: with option triton=attention, for bfloat16 BHSD operands with a bias
+// of the batch's rows, no causal mask, more keys than queries (a window over its
+// cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
+// key/value head).
+func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxesLayout, vs []*stablehlo.Value,
+	causal bool, scale float64) (triton.Attention, bool) {
+	if !f.builder.backend.tritonAttention || len(vs) != 4 || layout != compute.AttentionAxesLayoutBHSD || causal ||
+		vs[0].Shape().DType != dtypes.BFloat16 || s.s <= s.t || vs[3].Shape().Dimensions[0] != s.b {
+		return triton.Attention{}, false
+	}
+	a := triton.Attention{B: s.b, Heads: s.heads, KVHeads: s.kvHeads, T: s.t, S: s.s, D: s.d,
+		BiasHeads: vs[3].Shape().Dimensions[1], Scale: scale}
+	return a, triton.CheckAttention(a) == nil
+}
+
+// attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
+// Triton kernel's per-split partial results, combined here: out = Σ acc·w / Σ l·w over
+// the splits, w = e^(m−M) with M the rows' largest m, then the real rows of each
+// key/value head's group, [b, kvHeads, group·T, D], relabelled [b, heads, T, D].
+func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
+	op := compute.OpTypeFusedScaledDotProductAttention
+	acc, m, l, err := triton.AttentionPartials(vs[0], vs[1], vs[2], vs[3], a)
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	splits, rows := a.Splits(), a.Rows()
+	var c combiner
+	largest := c.do(f.ReduceMax(f.wrap(m), 2))
+	weights := c.do(f.Exp(c.do(f.Sub(f.wrap(m), c.do(f.Reshape(largest, a.B, a.KVHeads, 1, rows))))))
+	den := c.do(f.ReduceSum(c.do(f.Mul(f.wrap(l), weights)), 2))
+	num := c.do(f.ReduceSum(c.do(f.Mul(f.wrap(acc), c.do(f.Reshape(weights, a.B, a.KVHeads, splits, rows, 1)))), 2))
+	out := c.do(f.Div(num, c.do(f.Reshape(den, a.B, a.KVHeads, rows, 1))))
+	out = c.do(f.Slice(out, []int{0, 0, 0, 0}, []int{a.B, a.KVHeads, a.Heads / a.KVHeads * a.T, a.D}, nil))
+	out = c.do(f.Reshape(out, a.B, a.Heads, a.T, a.D))
+	out = c.do(f.ConvertDType(out, dtypes.BFloat16))
+	if c.err != nil {
+		return nil, opError(op, c.err)
+	}
+	return out, nil
+}
+
+// combiner chains the backend's own ops, keeping the first error.
+type combiner struct{ err error }
+
+func (c *combiner) do(v compute.Value, err error) compute.Value {
+	if c.err == nil {
+		c.err = err
+	}
+	return v
 }

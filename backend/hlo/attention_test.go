@@ -184,3 +184,33 @@ func TestFusedAttentionDeclinesAndRejects(t *testing.T) {
 		})
 	}
 }
+
+// With option triton=attention, a window over more keys (BHSD, with a bias) runs as our
+// Triton kernel and the combination of its splits; a prefill keeps cuDNN's.
+func TestTritonAttentionLowering(t *testing.T) {
+	bf16 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
+	b, err := hlo.NewBuildOnlyWith("triton=attention")
+	require.NoError(t, err)
+	require.True(t, b.FusedAttentionOverCache())
+	require.False(t, hlo.NewBuildOnly().FusedAttentionOverCache())
+
+	window := []shapes.Shape{bf16(1, 16, 4, 128), bf16(1, 2, 516, 128), bf16(1, 2, 516, 128), bf16(1, 16, 4, 516)}
+	text := buildOn(t, b, window, fusedAttention(compute.AttentionAxesLayoutBHSD, true, compute.ScaledDotProductAttentionConfig{}))
+	calls := tritonCalls(text)
+	require.Len(t, calls, 1)
+	require.Contains(t, calls[0], "tt.func public @attention(")
+	require.Contains(t, calls[0], "grid_x = 34 : i32")
+	// the partials of 17 splits of 32 rows, combined and relabelled
+	requireOp(t, text, "custom_call", "1x2x17x32x128xf32>, tensor<1x2x17x32xf32>, tensor<1x2x17x32xf32")
+	requireOp(t, text, "reduce", "1x2x32xf32")
+	requireOp(t, text, "slice", "1x2x32x128xf32")
+	requireOp(t, text, "reshape", "1x16x4x128xf32")
+	requireOp(t, text, "convert", "1x16x4x128xbf16")
+	require.NotContains(t, text, "__cudnn$")
+
+	prefill := []shapes.Shape{bf16(1, 8, 4, 16), bf16(1, 8, 2, 16), bf16(1, 8, 2, 16), bf16(1, 4, 8, 8)}
+	text = buildOn(t, b, prefill, fusedAttention(compute.AttentionAxesLayoutBSHD, true, compute.ScaledDotProductAttentionConfig{}))
+	require.Empty(t, tritonCalls(text))
+	target, _ := cudnnCall(t, text)
+	require.Equal(t, "__cudnn$fmhaScaleBiasSoftmax", target)
+}

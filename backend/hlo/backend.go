@@ -41,7 +41,10 @@ type Backend struct {
 	device     *pjrt.Device // the device every buffer and execution uses
 	noTF32     bool         // float32 dot products at full precision (option "notf32")
 	tritonGEMV gemvPolicy   // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
-	finalized  bool
+	// tritonAttention runs the fused attention of short windows over more keys as our
+	// Triton kernel (option "triton=attention", attention.go).
+	tritonAttention bool
+	finalized       bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -56,7 +59,14 @@ var _ compute.Backend = (*Backend)(nil)
 //     backend/hlo/triton) measured faster than stablehlo.dot_general on the H200 to that
 //     kernel: one row, and W of at least 8 Mi entries; see [Function.DotGeneral];
 //   - "triton=gemv-all", which lowers every such product of 1 to 8 rows that the kernel
-//     can compute (for tests and measurements).
+//     can compute (for tests and measurements);
+//   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
+//     query rows per key/value head over more keys (a decoding window over its cache)
+//     as our own Triton kernel (triton.AttentionTTIR), declining the others rather than
+//     use cuDNN's, and makes the model ask for it at batch 1
+//     ([Backend.FusedAttentionOverCache]): the fused and AR steps 3-5 % faster on the
+//     H200 (BENCHMARKS.md, runs BV-BW). It combines with the GEMV options:
+//     "triton=gemv,triton=attention".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -107,13 +117,16 @@ func NewBuildOnlyWith(options string) (*Backend, error) {
 
 // options are the options of a configuration.
 type options struct {
-	client     pjrt.NamedValuesMap // the client's (preallocate), nil if none
-	noTF32     bool                // "notf32"
-	tritonGEMV gemvPolicy          // "triton=gemv" or "triton=gemv-all"
+	client          pjrt.NamedValuesMap // the client's (preallocate), nil if none
+	noTF32          bool                // "notf32"
+	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
+	tritonAttention bool                // "triton=attention"
 }
 
 // apply sets the options that change how b builds programs.
-func (o options) apply(b *Backend) { b.noTF32, b.tritonGEMV = o.noTF32, o.tritonGEMV }
+func (o options) apply(b *Backend) {
+	b.noTF32, b.tritonGEMV, b.tritonAttention = o.noTF32, o.tritonGEMV, o.tritonAttention
+}
 
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
@@ -141,11 +154,13 @@ func parseOptions(list string) (options, error) {
 				o.tritonGEMV = gemvWhereFaster
 			case "gemv-all":
 				o.tritonGEMV = gemvAll
+			case "attention":
+				o.tritonAttention = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention)", option)
 		}
 	}
 	return o, nil
@@ -163,6 +178,12 @@ func (b *Backend) Name() string { return BackendName }
 // to 4 rows (BENCHMARKS.md, run S: 2.467 against 2.591 ms on the H200); no otherwise,
 // as on XLA's backend, whose 1-row GEMMs are slower.
 func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone }
+
+// FusedAttentionOverCache reports whether decoding windows over the cache should ask b
+// for the fused attention (see backend.FusedAttentionOverCache): with option
+// triton=attention, whose kernel is made for them; not with cuDNN's, which was slower
+// there than the plain path (BENCHMARKS.md, run Y).
+func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
 
 // String returns "bdxla".
 func (b *Backend) String() string { return BackendName }

@@ -3,12 +3,14 @@
 package hlo_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -445,34 +447,97 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
-// cuDNN's attention (bf16, on the plugin) gives the plain attention of the same inputs
+// The bf16 fixture models with triton=attention give the plain backend's logits on
+// windows at batch 1 over their cache in their slots, which run our Triton kernel: a
+// session's commits of 4 (in place) and of 1 token (in its own slot). The tolerance is
+// TestTritonGEMVModelsMatch's.
+func TestTritonAttentionModelsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	withTriton, err := sharedTritonAttention()
+	require.NoError(t, err)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			run := func(m *model.Model) [][][]float32 {
+				var all [][][]float32
+				add := func(rows [][]float32, err error) {
+					require.NoError(t, err)
+					all = append(all, rows)
+				}
+				tokens := append(slices.Clone(testTokens), testTokens...)
+				for _, block := range []int{4, 1} {
+					s, err := m.NewSession(32, block)
+					require.NoError(t, err)
+					defer s.Close()
+					_, err = s.Prefill(tokens[:4])
+					require.NoError(t, err)
+					add(s.Commit(tokens[4 : 4+block]))
+					add(s.Commit(tokens[4+block : 4+2*block]))
+				}
+				return all
+			}
+			got, want := run(loadModel(t, withTriton, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
+			worst := 0.0
+			for i, w := range []string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1"} {
+				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
+			}
+			t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
+		})
+	}
+}
+
+// The fused attention (bf16, on the plugin) gives the plain attention of the same inputs
 // computed in float32 on the Go backend: BSHD and BHSD, as many keys as queries and more
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
-// the backend turns into a bias broadcast over the heads) or a causal mask. The
-// tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's rounding of the
-// output and of the probabilities before their product with the values (2⁻⁸ each); a
-// dropped bias, or heads grouped the other way, differ by ~0.1 or more.
-func TestCuDNNAttentionMatchesPlain(t *testing.T) {
+// the backend turns into a bias broadcast over the heads) or a causal mask; as cuDNN's,
+// and with option triton=attention, where the windows over more keys run our Triton
+// kernel. The tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's
+// rounding of the output and of the probabilities before their product with the values
+// (2⁻⁸ each); a dropped bias, or heads grouped the other way, differ by ~0.1 or more.
+func TestFusedAttentionMatchesPlain(t *testing.T) {
 	onPlugin, onGo := backends(t)
+	withTriton, err := sharedTritonAttention()
+	require.NoError(t, err)
+	for _, kernels := range []struct {
+		name string
+		b    compute.Backend
+	}{{"cuDNN", onPlugin}, {"Triton", withTriton}} {
+		t.Run(kernels.name, func(t *testing.T) { fusedAttentionMatchesPlain(t, kernels.b, onGo) })
+	}
+}
+
+var sharedTritonAttention = sync.OnceValues(func() (*hlo.Backend, error) {
+	b, err := sharedBackends()
+	if err != nil {
+		return nil, err
+	}
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention")
+})
+
+// fusedAttentionMatchesPlain is TestFusedAttentionMatchesPlain on onPlugin.
+func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	bshd, bhsd := compute.AttentionAxesLayoutBSHD, compute.AttentionAxesLayoutBHSD
 	for _, c := range []struct {
 		name                    string
 		layout                  compute.AttentionAxesLayout
 		b, heads, kvHeads, t, s int
-		hide                    string // "bias", "mask", "causal" or "causal+mask"
+		hide                    string // "bias", "mask", "lengths" (a mask), "causal" or "causal+mask"
+		d                       int    // head dimension; 0 is 128
 	}{
-		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias"},
-		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask"},
-		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal"},
-		{"BSHD causal with a mask", bshd, 1, 16, 2, 200, 200, "causal+mask"},
-		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias"},
-		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias"},
-		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias"},
+		{"BSHD prefill with a bias", bshd, 1, 16, 2, 64, 64, "bias", 0},
+		{"BSHD prefill with a mask", bshd, 2, 16, 2, 64, 64, "mask", 0},
+		{"BSHD causal", bshd, 2, 4, 4, 32, 32, "causal", 0},
+		{"BSHD causal with a mask", bshd, 1, 16, 2, 200, 200, "causal+mask", 0},
+		{"BHSD 4 queries over 516 keys", bhsd, 1, 16, 2, 4, 516, "bias", 0},
+		{"BHSD 8 queries over 24 keys, batch 2", bhsd, 2, 16, 2, 8, 24, "bias", 0},
+		{"BHSD 1 query over 513 keys", bhsd, 1, 16, 2, 1, 513, "bias", 0},
+		{"BHSD 8 queries over 300 keys, batch 3, rows of different lengths", bhsd, 3, 16, 2, 8, 300, "lengths", 0},
+		{"BHSD 1 query over 900 keys, batch 4, rows of different lengths", bhsd, 4, 16, 2, 1, 900, "lengths", 0},
+		{"BHSD 4 queries over 70 keys, batch 2, head dimension 64, groups of 2", bhsd, 2, 4, 2, 4, 70, "lengths", 64},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			const d = 128
+			d := cmp.Or(c.d, 128)
 			seqDims := func(heads, n int) []int {
 				if c.layout == bshd {
 					return []int{c.b, n, heads, d}
@@ -483,6 +548,9 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				randomBF16(rng, seqDims(c.kvHeads, c.s), 1)}
 			// query i sees key j unless (3i + 7j) % 5 == 0, and always key 0
 			hidden := func(i int) bool { q, k := i/c.s%c.t, i%c.s; return k != 0 && (3*q+7*k)%5 == 0 }
+			if c.hide == "lengths" { // row r sees its first s·(r+1)/b keys: whole splits hidden
+				hidden = func(i int) bool { r, k := i/(c.t*c.s), i%c.s; return k >= c.s*(r+1)/c.b }
+			}
 			switch c.hide {
 			case "bias":
 				bias := make([]bfloat16.BFloat16, c.b*c.heads*c.t*c.s)
@@ -492,7 +560,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 					}
 				}
 				inputs = append(inputs, tensors.FromFlatDataAndDimensions(bias, c.b, c.heads, c.t, c.s))
-			case "mask", "causal+mask":
+			case "mask", "lengths", "causal+mask":
 				mask := make([]bool, c.b*c.t*c.s)
 				for i := range mask {
 					mask[i] = !hidden(i)
@@ -504,7 +572,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				switch c.hide {
 				case "bias":
 					cfg.Bias = InternalBackendOutputs(in[3])[0]
-				case "mask", "causal+mask":
+				case "mask", "lengths", "causal+mask":
 					cfg.Mask = InternalBackendOutputs(in[3])[0]
 				}
 				out, _ := BackendFusedScaledDotProductAttention(in[0], in[1], in[2], c.layout, cfg)
@@ -521,13 +589,13 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 				group := c.heads / c.kvHeads
 				q := Reshape(toBHSD(in[0]), c.b, c.kvHeads, group, c.t, d)
 				k, v := toBHSD(in[1]), toBHSD(in[2])
-				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(d)) // [b, kvHeads, group, t, s]
+				scores := MulScalar(Dot(q, k).General([]int{4}, []int{0, 1}, []int{3}, []int{0, 1}), 1/math.Sqrt(float64(d))) // [b, kvHeads, group, t, s]
 				g := q.Graph()
 				causal := Reshape(GreaterOrEqual(Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 0), Iota(g, shapes.Make(dtypes.Int32, c.t, c.s), 1)), 1, 1, 1, c.t, c.s)
 				switch c.hide {
 				case "causal":
 					scores = Where(BroadcastToShape(causal, scores.Shape()), scores, Infinity(g, dtypes.Float32, -1))
-				case "mask", "causal+mask":
+				case "mask", "lengths", "causal+mask":
 					seen := Reshape(in[3], c.b, 1, 1, c.t, c.s)
 					if c.hide == "causal+mask" {
 						seen = LogicalAnd(seen, causal)
@@ -545,7 +613,7 @@ func TestCuDNNAttentionMatchesPlain(t *testing.T) {
 			}
 			got, want := execOnBoth(t, onPlugin, fused, onGo, plain, inputs...)
 			worst := maxAbsDiff(t, got[0], want[0])
-			t.Logf("max |cuDNN - plain|: %.2g", worst)
+			t.Logf("max |fused - plain|: %.2g", worst)
 			require.LessOrEqual(t, worst, 1e-2)
 		})
 	}

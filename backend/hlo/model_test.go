@@ -119,6 +119,39 @@ func TestTritonGEMVInModels(t *testing.T) {
 	}
 }
 
+// With triton=attention, a bf16 fixture model's cached window of 4 positions at batch 1
+// (the denoise step) runs each layer's attention over its cache and its own keys as
+// our Triton kernel: one call per layer, and none of attention's batched products left.
+func TestTritonAttentionInModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=attention")
+	require.NoError(t, err)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, err := model.Load(b, dir, model.LoadOptions{})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, m.Close()) }()
+			require.Equal(t, dtypes.BFloat16, m.DType)
+			inputs := []shapes.Shape{i32(1, 4), i32(1)}
+			for range 2 * m.Config.NumLayers {
+				inputs = append(inputs, m.CacheShape(1, 32))
+			}
+			text := programText(t, m, "window4", inputs, func(w *model.Weights, in []*Node) []*Node {
+				win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
+					WriteLen: Const(in[0].Graph(), []int32{4})}
+				out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+				return append([]*Node{out}, cache.Nodes()...)
+			})
+			calls := tritonCalls(text)
+			require.Len(t, calls, m.Config.NumLayers)
+			for _, c := range calls {
+				require.Contains(t, c, "tt.func public @attention(")
+			}
+			_, batched := denseDots(text)
+			require.Zero(t, batched, "attention's products are left")
+		})
+	}
+}
+
 // requireProgram checks that text is a StableHLO module with a main function that
 // multiplies matrices and returns the logits type among its results.
 func requireProgram(t *testing.T, text, logits string) {

@@ -18,12 +18,14 @@ const Target = "__gpu$xla.gpu.triton"
 // writing outputs, on a grid of grid programs of warps warps, its loops pipelined
 // stages deep: XLA passes the operands' and then the outputs' buffers as the kernel's
 // pointer arguments. Its backend config is the MLIR dictionary that XLA's
-// TritonCall::Parse reads. No layouts are given: operands and outputs are row-major.
+// TritonCall::Parse reads. Every operand and output is laid out row-major, as the
+// kernels index them: without layouts XLA may pick others, e.g. a transpose's operand
+// order for its result, which the kernel would read as garbage.
 func Call(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
 	config := fmt.Sprintf(`{name = "%s", ir = "%s", num_stages = %d : i32, num_warps = %d : i32, `+
 		`grid_x = %d : i32, grid_y = 1 : i32, grid_z = 1 : i32, debug = false}`,
 		name, mlirEscape(ir), stages, warps, grid)
-	return stablehlo.CustomCallV2(Target, config, operands, nil, outputs, nil)
+	return stablehlo.CustomCallV2(Target, config, operands, make([][]int, len(operands)), outputs, make([][]int, len(outputs)))
 }
 
 // mlirEscape escapes s for an MLIR string literal: quotes and backslashes as hex
@@ -50,4 +52,32 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 		return nil, err
 	}
 	return ys[0], nil
+}
+
+// AttentionPartials appends the attention kernel of a (AttentionTTIR) to q's function
+// for q, k, v and bias as a describes them, and returns its per-split outputs acc
+// [B, KVHeads, Splits, Rows, D], m and l [B, KVHeads, Splits, Rows], float32.
+func AttentionPartials(q, k, v, bias *stablehlo.Value, a Attention) (acc, m, l *stablehlo.Value, err error) {
+	want := []shapes.Shape{
+		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
+		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
+	}
+	for i, x := range []*stablehlo.Value{q, k, v, bias} {
+		if !x.Shape().Equal(want[i]) {
+			return nil, nil, nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
+		}
+	}
+	ir, err := AttentionTTIR(a)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	splits, rows := a.Splits(), a.Rows()
+	outs, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias},
+		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
+		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
+		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return outs[0], outs[1], outs[2], nil
 }

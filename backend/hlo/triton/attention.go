@@ -1,0 +1,276 @@
+package triton
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Attention is the shape of a short window's attention over many keys, the decoding
+// steps' kind: queries q [B, Heads, T, D], keys and values k, v [B, KVHeads, S, D], an
+// additive bias [B, BiasHeads, T, S], all bfloat16 and row-major; query head h reads
+// key/value head h/(Heads/KVHeads).
+type Attention struct {
+	B, Heads, KVHeads, T, S, D int
+	// BiasHeads is the bias's head axis: Heads, or 1 for one bias of every head.
+	BiasHeads int
+	// Scale multiplies the scores q·kᵀ before the bias is added.
+	Scale float64
+}
+
+// AttentionKeys is the keys one step of the attention kernel's loop reads: the peer's
+// decode attention measured 32 positions per program fastest on the H200
+// (BENCHMARKS.md, run K).
+const AttentionKeys = 32
+
+// maxAttentionPrograms bounds the programs of the attention kernel: two per SM of the
+// H200 (132).
+const maxAttentionPrograms = 264
+
+// maxAttentionRows is the most query rows (query heads of a group times T) one program
+// holds: their [rows, D] float32 accumulator must stay in registers.
+const maxAttentionRows = 64
+
+// Rows is the query rows each program of a's kernel holds: the Heads/KVHeads query
+// heads of its key/value head times T, rounded up to a power of two of at least 16
+// (tt.dot's smallest side). Rows past the real ones repeat the last and are not used.
+func (a Attention) Rows() int {
+	r := 16
+	for r < a.group()*a.T {
+		r *= 2
+	}
+	return r
+}
+
+func (a Attention) group() int { return a.Heads / a.KVHeads }
+
+// Splits is how many programs share the keys of one batch row and key/value head, each
+// reading KeysPerSplit of them: as many as there are steps of AttentionKeys keys, up
+// to maxAttentionPrograms programs in all.
+func (a Attention) Splits() int {
+	steps := (a.S + AttentionKeys - 1) / AttentionKeys
+	perHead := max(1, maxAttentionPrograms/(a.B*a.KVHeads))
+	if steps <= perHead {
+		return steps
+	}
+	// Fewer programs, each several steps: split the steps evenly.
+	perSplit := (steps + perHead - 1) / perHead
+	return (steps + perSplit - 1) / perSplit
+}
+
+// KeysPerSplit is the keys each program reads, a multiple of AttentionKeys.
+func (a Attention) KeysPerSplit() int {
+	steps := (a.S + AttentionKeys - 1) / AttentionKeys
+	splits := a.Splits()
+	return (steps + splits - 1) / splits * AttentionKeys
+}
+
+// Programs is the attention kernel's grid: B × KVHeads × Splits.
+func (a Attention) Programs() int { return a.B * a.KVHeads * a.Splits() }
+
+// CheckAttention says why AttentionTTIR cannot write a's kernel, or returns nil.
+func CheckAttention(a Attention) error {
+	var errs []error
+	if a.B < 1 || a.Heads < 1 || a.KVHeads < 1 || a.T < 1 || a.S < 1 {
+		errs = append(errs, fmt.Errorf("dimensions %+v must be positive", a))
+	} else if a.Heads%a.KVHeads != 0 {
+		errs = append(errs, fmt.Errorf("%d query heads are not groups of %d key/value heads", a.Heads, a.KVHeads))
+	} else if r := a.group() * a.T; r > maxAttentionRows {
+		errs = append(errs, fmt.Errorf("%d query heads per key/value head times %d queries is %d rows, over %d",
+			a.group(), a.T, r, maxAttentionRows))
+	}
+	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
+		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
+	}
+	if !isPowerOfTwo(a.D) || a.D < 16 || a.D > 128 {
+		errs = append(errs, fmt.Errorf("head dimension %d: a power of two from 16 to 128", a.D))
+	}
+	if int64(a.B)*int64(max(a.Heads*a.T, a.KVHeads))*int64(a.S+AttentionKeys)*int64(max(a.D, a.T)) > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("%+v: too large for int32 offsets", a))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("triton: attention: %w", err)
+	}
+	return nil
+}
+
+// AttentionTTIR is the TTIR module of the kernel @attention, the first half of a
+// split-key ("flash decoding") attention: program (b, kv, split) reads its split's
+// keys of key/value head kv in steps of AttentionKeys, for the Rows() query rows of the
+// heads of that group (row r: head kv·g + r/T, query r%T), and keeps FlashAttention's
+// running row maximum m, sum of exponentials l and unnormalised output acc in float32.
+// Keys past S and hidden ones (bias −1e30) weigh nothing once any visible key has been
+// seen; a split that sees none has m = −1e30 and weighs nothing when combined.
+//
+// Its arguments are q, k, v and bias (see Attention), then its outputs acc
+// [B, KVHeads, Splits, Rows, D], m and l [B, KVHeads, Splits, Rows], float32: the
+// second half (the backend's) combines the splits, out = Σ acc·e^(m−M) / Σ l·e^(m−M)
+// with M the largest m, and keeps the real rows.
+func AttentionTTIR(a Attention) (string, error) {
+	if err := CheckAttention(a); err != nil {
+		return "", err
+	}
+	text := `module {
+  tt.func public @attention(%q: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %pid = tt.get_program_id x : i32
+    %cSplits = arith.constant $SPLITS : i32
+    %cKVH = arith.constant $KVH : i32
+    %sp = arith.remsi %pid, %cSplits : i32
+    %bkv = arith.divsi %pid, %cSplits : i32
+    %kv = arith.remsi %bkv, %cKVH : i32
+    %bi = arith.divsi %bkv, %cKVH : i32
+    %r = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+    %rlast = arith.constant dense<$LASTROW> : tensor<$Rxi32>
+    %rc = arith.minsi %r, %rlast : tensor<$Rxi32>
+    %Tr = arith.constant dense<$T> : tensor<$Rxi32>
+    %hq = arith.divsi %rc, %Tr : tensor<$Rxi32>
+    %iq = arith.remsi %rc, %Tr : tensor<$Rxi32>
+    %cG = arith.constant $G : i32
+    %h0 = arith.muli %kv, %cG : i32
+    %cH = arith.constant $H : i32
+    %bH = arith.muli %bi, %cH : i32
+    %hb = arith.addi %bH, %h0 : i32
+    %hbs = tt.splat %hb : i32 -> tensor<$Rxi32>
+    %head = arith.addi %hbs, %hq : tensor<$Rxi32>
+    %qrowT = arith.muli %head, %Tr : tensor<$Rxi32>
+    %qrow = arith.addi %qrowT, %iq : tensor<$Rxi32>
+    %Dr = arith.constant dense<$D> : tensor<$Rxi32>
+    %qoff = arith.muli %qrow, %Dr : tensor<$Rxi32>
+    %qoff2 = tt.expand_dims %qoff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %qoffb = tt.broadcast %qoff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
+    %rd = tt.make_range {end = $D : i32, start = 0 : i32} : tensor<$Dxi32>
+    %rd0 = tt.expand_dims %rd {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
+    %rdb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
+    %qo = arith.addi %qoffb, %rdb : tensor<$RxDxi32>
+    %qbase = tt.splat %q : !tt.ptr<bf16> -> tensor<$RxDx!tt.ptr<bf16>>
+    %qp = tt.addptr %qbase, %qo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
+    %qv = tt.load %qp : tensor<$RxDx!tt.ptr<bf16>>
+    %cS = arith.constant $S : i32
+    %kvrow = arith.muli %bkv, %cS : i32
+    %kvrows = tt.splat %kvrow : i32 -> tensor<$BNxi32>
+    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+    %Sn = arith.constant dense<$S> : tensor<$BNxi32>
+    %Dn = arith.constant dense<$D> : tensor<$BNxi32>
+    %rdk = tt.expand_dims %rd {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %rdkb = tt.broadcast %rdk : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
+    %rdvb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$BNx$Dxi32>
+    %Sr = arith.constant dense<$S> : tensor<$Rxi32>
+$BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %browb = tt.broadcast %brow2 : tensor<$Rx1xi32> -> tensor<$RxBNxi32>
+    %kbase = tt.splat %k : !tt.ptr<bf16> -> tensor<$Dx$BNx!tt.ptr<bf16>>
+    %vbase = tt.splat %v : !tt.ptr<bf16> -> tensor<$BNx$Dx!tt.ptr<bf16>>
+    %bbase = tt.splat %bias : !tt.ptr<bf16> -> tensor<$RxBNx!tt.ptr<bf16>>
+    %kzero = arith.constant dense<0.000000e+00> : tensor<$Dx$BNxbf16>
+    %vzero = arith.constant dense<0.000000e+00> : tensor<$BNx$Dxbf16>
+    %hidden = arith.constant dense<-1.000000e+30> : tensor<$RxBNxbf16>
+    %szero = arith.constant dense<0.000000e+00> : tensor<$RxBNxf32>
+    %scale = arith.constant dense<$SCALE> : tensor<$RxBNxf32>
+    %cL = arith.constant $L : i32
+    %cBN = arith.constant $BN : i32
+    %jstart = arith.muli %sp, %cL : i32
+    %jend = arith.addi %jstart, %cL : i32
+    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
+    %l0 = arith.constant dense<0.000000e+00> : tensor<$Rxf32>
+    %a0 = arith.constant dense<0.000000e+00> : tensor<$RxDxf32>
+    %res:3 = scf.for %j0 = %jstart to %jend step %cBN iter_args(%m = %m0, %l = %l0, %acc = %a0) -> (tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>) : i32 {
+      %j0s = tt.splat %j0 : i32 -> tensor<$BNxi32>
+      %j = arith.addi %j0s, %rn : tensor<$BNxi32>
+      %jok = arith.cmpi slt, %j, %Sn : tensor<$BNxi32>
+      %krow = arith.addi %kvrows, %j : tensor<$BNxi32>
+      %koff = arith.muli %krow, %Dn : tensor<$BNxi32>
+      %koffT = tt.expand_dims %koff {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+      %koffTb = tt.broadcast %koffT : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
+      %kto = arith.addi %koffTb, %rdkb : tensor<$Dx$BNxi32>
+      %kp = tt.addptr %kbase, %kto : tensor<$Dx$BNx!tt.ptr<bf16>>, tensor<$Dx$BNxi32>
+      %jokT = tt.expand_dims %jok {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
+      %jokTb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
+      %kt = tt.load %kp, %jokTb, %kzero : tensor<$Dx$BNx!tt.ptr<bf16>>
+      %s = tt.dot %qv, %kt, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf16> -> tensor<$RxBNxf32>
+      %ss = arith.mulf %s, %scale : tensor<$RxBNxf32>
+      %j2 = tt.expand_dims %j {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+      %j2b = tt.broadcast %j2 : tensor<1x$BNxi32> -> tensor<$RxBNxi32>
+      %bo = arith.addi %browb, %j2b : tensor<$RxBNxi32>
+      %bp = tt.addptr %bbase, %bo : tensor<$RxBNx!tt.ptr<bf16>>, tensor<$RxBNxi32>
+      %jokBb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$RxBNxi1>
+      %bv = tt.load %bp, %jokBb, %hidden : tensor<$RxBNx!tt.ptr<bf16>>
+      %bf = arith.extf %bv : tensor<$RxBNxbf16> to tensor<$RxBNxf32>
+      %sc = arith.addf %ss, %bf : tensor<$RxBNxf32>
+      %mt = "tt.reduce"(%sc) <{axis = 1 : i32}> ({
+      ^bb0(%x0: f32, %x1: f32):
+        %mx = arith.maxnumf %x0, %x1 : f32
+        tt.reduce.return %mx : f32
+      }) : (tensor<$RxBNxf32>) -> tensor<$Rxf32>
+      %mn = arith.maxnumf %m, %mt : tensor<$Rxf32>
+      %md = arith.subf %m, %mn : tensor<$Rxf32>
+      %alpha = math.exp %md : tensor<$Rxf32>
+      %mn2 = tt.expand_dims %mn {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
+      %mn2b = tt.broadcast %mn2 : tensor<$Rx1xf32> -> tensor<$RxBNxf32>
+      %sd = arith.subf %sc, %mn2b : tensor<$RxBNxf32>
+      %p = math.exp %sd : tensor<$RxBNxf32>
+      %ps = "tt.reduce"(%p) <{axis = 1 : i32}> ({
+      ^bb0(%y0: f32, %y1: f32):
+        %sm = arith.addf %y0, %y1 : f32
+        tt.reduce.return %sm : f32
+      }) : (tensor<$RxBNxf32>) -> tensor<$Rxf32>
+      %la = arith.mulf %l, %alpha : tensor<$Rxf32>
+      %ln = arith.addf %la, %ps : tensor<$Rxf32>
+      %alpha2 = tt.expand_dims %alpha {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
+      %alpha2b = tt.broadcast %alpha2 : tensor<$Rx1xf32> -> tensor<$RxDxf32>
+      %accs = arith.mulf %acc, %alpha2b : tensor<$RxDxf32>
+      %pb = arith.truncf %p : tensor<$RxBNxf32> to tensor<$RxBNxbf16>
+      %voffc = tt.expand_dims %koff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
+      %voffb = tt.broadcast %voffc : tensor<$BNx1xi32> -> tensor<$BNx$Dxi32>
+      %vo = arith.addi %voffb, %rdvb : tensor<$BNx$Dxi32>
+      %vp = tt.addptr %vbase, %vo : tensor<$BNx$Dx!tt.ptr<bf16>>, tensor<$BNx$Dxi32>
+      %jokV = tt.expand_dims %jok {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
+      %jokVb = tt.broadcast %jokV : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
+      %vv = tt.load %vp, %jokVb, %vzero : tensor<$BNx$Dx!tt.ptr<bf16>>
+      %an = tt.dot %pb, %vv, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
+      scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
+    }
+    %cR = arith.constant $R : i32
+    %bkvs = arith.muli %bkv, %cSplits : i32
+    %part = arith.addi %bkvs, %sp : i32
+    %prow = arith.muli %part, %cR : i32
+    %prows = tt.splat %prow : i32 -> tensor<$Rxi32>
+    %orow = arith.addi %prows, %r : tensor<$Rxi32>
+    %mbase = tt.splat %om : !tt.ptr<f32> -> tensor<$Rx!tt.ptr<f32>>
+    %mp = tt.addptr %mbase, %orow : tensor<$Rx!tt.ptr<f32>>, tensor<$Rxi32>
+    tt.store %mp, %res#0 : tensor<$Rx!tt.ptr<f32>>
+    %lbase = tt.splat %ol : !tt.ptr<f32> -> tensor<$Rx!tt.ptr<f32>>
+    %lp = tt.addptr %lbase, %orow : tensor<$Rx!tt.ptr<f32>>, tensor<$Rxi32>
+    tt.store %lp, %res#1 : tensor<$Rx!tt.ptr<f32>>
+    %ooff = arith.muli %orow, %Dr : tensor<$Rxi32>
+    %ooff2 = tt.expand_dims %ooff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %ooffb = tt.broadcast %ooff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
+    %oo = arith.addi %ooffb, %rdb : tensor<$RxDxi32>
+    %abase = tt.splat %oacc : !tt.ptr<f32> -> tensor<$RxDx!tt.ptr<f32>>
+    %ap = tt.addptr %abase, %oo : tensor<$RxDx!tt.ptr<f32>>, tensor<$RxDxi32>
+    tt.store %ap, %res#2 : tensor<$RxDx!tt.ptr<f32>>
+    tt.return
+  }
+}`
+	// The bias row of each query row: its query's, or with one bias of every head its
+	// batch row's and position's.
+	biasRow := "    %brow = arith.muli %qrow, %Sr : tensor<$Rxi32>\n"
+	if a.BiasHeads == 1 && a.Heads > 1 {
+		biasRow = `    %cT = arith.constant $T : i32
+    %bT = arith.muli %bi, %cT : i32
+    %bTs = tt.splat %bT : i32 -> tensor<$Rxi32>
+    %brow0 = arith.addi %bTs, %iq : tensor<$Rxi32>
+    %brow = arith.muli %brow0, %Sr : tensor<$Rxi32>
+`
+	}
+	text = strings.Replace(text, "$BIASROW", biasRow, 1)
+	r := strconv.Itoa(a.Rows())
+	// strings.Replacer tries its pairs in order at each position: longer names first.
+	return strings.NewReplacer(
+		"$RxBN", r+"x"+strconv.Itoa(AttentionKeys), "$RxD", r+"x"+strconv.Itoa(a.D), "$Rx", r+"x", "$R ", r+" ",
+		"$BN", strconv.Itoa(AttentionKeys), "$D", strconv.Itoa(a.D), "$SPLITS", strconv.Itoa(a.Splits()),
+		"$KVH", strconv.Itoa(a.KVHeads), "$LASTROW", strconv.Itoa(a.group()*a.T-1), "$T", strconv.Itoa(a.T),
+		"$G", strconv.Itoa(a.group()), "$H", strconv.Itoa(a.Heads), "$SCALE", strconv.FormatFloat(a.Scale, 'e', 9, 64),
+		"$S", strconv.Itoa(a.S), "$L", strconv.Itoa(a.KeysPerSplit()),
+	).Replace(text), nil
+}

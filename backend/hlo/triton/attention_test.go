@@ -1,0 +1,116 @@
+package triton
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/stretchr/testify/require"
+)
+
+// MiniCPM5-2B's decoding windows: 16 query heads over 2 key/value heads of 128.
+func decodeAttention(t, s int) Attention {
+	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, BiasHeads: 16, Scale: 1 / math.Sqrt(128)}
+}
+
+// The grid: a program per batch row, key/value head and split of 32 keys, up to 264
+// programs, with every key in some split; the rows of a group padded to tt.dot's 16.
+func TestAttentionGrid(t *testing.T) {
+	for _, c := range []struct {
+		a                                    Attention
+		rows, splits, keysPerSplit, programs int
+	}{
+		{decodeAttention(1, 513), 16, 17, 32, 34},
+		{decodeAttention(4, 516), 32, 17, 32, 34},
+		{decodeAttention(8, 520), 64, 17, 32, 34},
+		{decodeAttention(4, 4100), 32, 129, 32, 258},
+		{decodeAttention(4, 8200), 32, 129, 64, 258},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 2, 1056, 256},
+		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8},
+	} {
+		a := c.a
+		require.Equal(t, c.rows, a.Rows(), "%+v", a)
+		require.Equal(t, c.splits, a.Splits(), "%+v", a)
+		require.Equal(t, c.keysPerSplit, a.KeysPerSplit(), "%+v", a)
+		require.Equal(t, c.programs, a.Programs(), "%+v", a)
+		require.GreaterOrEqual(t, a.Splits()*a.KeysPerSplit(), a.S, "every key in a split")
+		require.Less(t, (a.Splits()-1)*a.KeysPerSplit(), a.S, "no split without keys")
+		require.LessOrEqual(t, a.Programs(), max(maxAttentionPrograms, a.B*a.KVHeads))
+	}
+}
+
+func TestCheckAttention(t *testing.T) {
+	require.NoError(t, CheckAttention(decodeAttention(8, 2048)))
+	for _, c := range []struct {
+		a    Attention
+		want string
+	}{
+		{decodeAttention(9, 64), "72 rows, over 64"},
+		{Attention{B: 1, Heads: 6, KVHeads: 4, T: 1, S: 8, D: 64, BiasHeads: 6}, "not groups"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 1, S: 8, D: 96, BiasHeads: 4}, "power of two"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 0, S: 8, D: 64, BiasHeads: 4}, "positive"},
+		{Attention{B: 1 << 10, Heads: 16, KVHeads: 2, T: 4, S: 1 << 16, D: 128, BiasHeads: 16}, "int32 offsets"},
+		{Attention{B: 1, Heads: 4, KVHeads: 2, T: 1, S: 8, D: 64, BiasHeads: 2}, "the bias has 2 heads"},
+	} {
+		require.ErrorContains(t, CheckAttention(c.a), c.want, "%+v", c.a)
+		_, err := AttentionTTIR(c.a)
+		require.Error(t, err)
+	}
+}
+
+// requireWellFormed checks what can be checked of a TTIR text without Triton: every
+// placeholder filled, and every SSA value used defined (as a result, an argument, a
+// loop variable or a block argument).
+func requireWellFormed(t *testing.T, text string) {
+	t.Helper()
+	require.NotContains(t, text, "$", "a placeholder left")
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`%(\w+)(?::\d+)? =|%(\w+): `).FindAllStringSubmatch(text, -1) {
+		defined[m[1]+m[2]] = true
+	}
+	for _, m := range regexp.MustCompile(`%(\w+)`).FindAllStringSubmatch(text, -1) {
+		require.True(t, defined[m[1]], "%%%s is used but not defined", m[1])
+	}
+	require.Equal(t, strings.Count(text, "{"), strings.Count(text, "}"))
+	require.Equal(t, strings.Count(text, "("), strings.Count(text, ")"))
+}
+
+// The kernel's text for the decoding windows: its sizes in place, its bias rows those of
+// the queries or, with one bias of every head, of the positions, and its three outputs
+// stored.
+func TestAttentionTTIR(t *testing.T) {
+	shared := decodeAttention(4, 516)
+	shared.BiasHeads = 1
+	for _, a := range []Attention{decodeAttention(1, 513), decodeAttention(4, 516), decodeAttention(8, 2056), shared} {
+		t.Run(fmt.Sprintf("T%d_S%d_biasheads%d", a.T, a.S, a.BiasHeads), func(t *testing.T) {
+			text, err := AttentionTTIR(a)
+			require.NoError(t, err)
+			requireWellFormed(t, text)
+			r := fmt.Sprint(a.Rows())
+			require.Contains(t, text, "tt.dot %qv, %kt, %szero : tensor<"+r+"x128xbf16> * tensor<128x32xbf16> -> tensor<"+r+"x32xf32>")
+			require.Contains(t, text, "tt.dot %pb, %vv, %accs : tensor<"+r+"x32xbf16> * tensor<32x128xbf16> -> tensor<"+r+"x128xf32>")
+			require.Contains(t, text, fmt.Sprintf("%%cSplits = arith.constant %d : i32", a.Splits()))
+			require.Contains(t, text, fmt.Sprintf("%%cL = arith.constant %d : i32", a.KeysPerSplit()))
+			require.Contains(t, text, fmt.Sprintf("%%rlast = arith.constant dense<%d>", 8*a.T-1))
+			require.Contains(t, text, "%scale = arith.constant dense<8.838834765e-02>")
+			require.Equal(t, 3, strings.Count(text, "tt.store"))
+			if a.BiasHeads == 1 {
+				require.Contains(t, text, "%brow = arith.muli %brow0, %Sr")
+			} else {
+				require.Contains(t, text, "%brow = arith.muli %qrow, %Sr")
+			}
+		})
+	}
+}
+
+// The GEMV kernels pass the same checks.
+func TestGEMVWellFormed(t *testing.T) {
+	for _, tile := range []Tile{{BN: 8, BK: 256, Stages: 3}, {BN: 32, BK: 128, Stages: 4, Dot: true}} {
+		text, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16)
+		require.NoError(t, err)
+		requireWellFormed(t, text)
+	}
+}
