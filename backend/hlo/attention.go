@@ -67,7 +67,9 @@ func newAttentionShape(q, k xshapes.Shape, layout compute.AttentionAxesLayout) (
 // which a caller can merge it with attention over more keys (there is no fused backward).
 // It declines ([compute.ErrNotImplemented], so that the caller builds the attention of
 // plain ops) other dtypes, sequence lengths, quantized products and a mask with a bias;
-// shapes that disagree are errors.
+// shapes that disagree are errors. With option triton=attention, bfloat16 BHSD windows
+// over more keys than queries with a bias or mask and no causal flag run as our Triton
+// kernel instead (no state), and the other windows over more keys are declined.
 func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Value, layout compute.AttentionAxesLayout,
 	options *compute.ScaledDotProductAttentionConfig) (compute.Value, []compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
