@@ -13,11 +13,11 @@ rm -rf .gpu && mkdir -p .gpu/bin .gpu/fixtures
 build() { # build DIR: the binaries of the source tree in the current folder, into DIR
   go test -c -ldflags="-s -w" -o "$1/model.test" ./model
   go test -c -ldflags="-s -w" -o "$1/diffusion.test" ./diffusion
+  go test -c -ldflags="-s -w" -o "$1/hlo.test" ./backend/hlo
   go build -ldflags="-s -w" -o "$1/bench" ./examples/bench
 }
 build .gpu/bin
 go build -ldflags="-s -w" -o .gpu/bin/tritonprobe ./bench/tritonprobe # main only
-go test -c -ldflags="-s -w" -o .gpu/bin/hlo.test ./backend/hlo      # main only
 go test -c -ldflags="-s -w" -o .gpu/bin/quant.test ./quant          # main only
 for ref in ${VARIANTS:-}; do
   dir=$(mktemp -d)

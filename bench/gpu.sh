@@ -288,21 +288,23 @@ tritonattention() {
   # Our Triton attention over the cache (option triton=attention): its GPU tests, then
   # batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv without and with it,
   # and with BATCHES set (e.g. 8,64) decoding there (fused quality under reveal-all,
-  # and autoregressive) (~110 s; ~200 s more per batch size).
-  section "triton=attention: GPU tests"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
+  # and autoregressive) (~110 s; ~200 s more per batch size). BUILD=ref runs the
+  # binaries of a build of VARIANTS (bench/build-gpu.sh) instead of this one's.
+  local bin=.gpu/bin${BUILD:+/${BUILD//\//_}}
+  section "triton=attention: GPU tests of ${BUILD:-this build}"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 "$bin/hlo.test" -test.v \
     -test.run 'TestFusedAttentionMatchesPlain|TestTritonAttention' >"$OUT/tritonattention-tests.log" 2>&1
   echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|triton - plain|Error:|gpu_test.go:[0-9]+: [a-z]' "$OUT/tritonattention-tests.log" | head -30
   local label cfg d
   for label in bdxla-gemv bdxla-gemv-attention; do
     cfg=$(backend_config "$label")
     section "steps on $label, ${CAPACITY:-528} slots"
-    GOMLX_BACKEND=$cfg timeout 90 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+    GOMLX_BACKEND=$cfg timeout 90 "$bin/bench" -only steps -steps denoise,fused,ar -iters 20 \
       -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
     [ -n "${BATCHES:-}" ] || continue
     for d in "fused quality, reveal-all" autoregressive; do
       section "decoding ($d) at batches $BATCHES on $label"
-      GOMLX_BACKEND=$cfg timeout 150 .gpu/bin/bench -only decode -batches "$BATCHES" -decode "$d" 2>&1 |
+      GOMLX_BACKEND=$cfg timeout 150 "$bin/bench" -only decode -batches "$BATCHES" -decode "$d" 2>&1 |
         grep -E '^(fused|autoregressive)' | grep -v compiled
     done
   done
@@ -529,7 +531,7 @@ attnbench() {
   # The tracer flushes four times a second, so a process loses its last quarter second
   # of records: 100 executions of 32 attentions keep most of them.
   section "cuDNN prefill attention"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 100 .gpu/bin/hlo.test -test.v -test.run 'TestCuDNNAttentionMatchesPlain' \
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 100 .gpu/bin/hlo.test -test.v -test.run 'TestFusedAttentionMatchesPlain/cuDNN' \
     >"$OUT/attnbench.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|rror' "$OUT/attnbench.log" | head -12
   build_tracer || return
