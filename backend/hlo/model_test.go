@@ -120,8 +120,9 @@ func TestTritonGEMVInModels(t *testing.T) {
 }
 
 // With triton=attention, a bf16 fixture model's cached window of 4 positions at batch 1
-// (the denoise step) runs each layer's attention over its cache and its own keys as
-// our Triton kernel: one call per layer, and none of attention's batched products left.
+// that writes (a commit: its keys in their slots) runs each layer's attention over its
+// cache as our Triton kernel: one call per layer, and none of attention's batched
+// products left.
 func TestTritonAttentionInModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=attention")
 	require.NoError(t, err)
