@@ -146,7 +146,7 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 // overCacheMasks returns the mask [1, w, s] of a window at batch 1 that attends over
 // the cache holding its keys in their slots (m.inSlots or m.ownSlot, [1, 1, w, 1, s])
 // in the form the fused op takes, or nil when the window attends otherwise. Larger
-// batches keep the plain path: with our Triton kernel on an H200 batch-1 steps got 4-5 %
+// batches keep the plain path: with our Triton kernel on an H200 batch-1 steps got 3-5 %
 // faster, but decoding at batch 8 lost 6 % and autoregressive decoding at batch 64 lost
 // 14 %, where the plain products already read the cache at about the copy bandwidth
 // (BENCHMARKS.md, run BV).
