@@ -420,28 +420,18 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	tokens := testTokens
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			// run returns the logits of each window on m.
-			run := func(m *model.Model) [][][]float32 {
-				var all [][][]float32
-				add := func(rows [][]float32, err error) {
+			worst := requireBF16WindowsMatch(t, lowered, plain, dir,
+				[]string{"4 tokens", "prefill", "step of 3", "step of 1"},
+				func(m *model.Model, add func([][]float32, error)) {
+					add(m.Logits(tokens[:4], 4))
+					s, err := m.NewSession(32, 4)
 					require.NoError(t, err)
-					all = append(all, rows)
-				}
-				add(m.Logits(tokens[:4], 4))
-				s, err := m.NewSession(32, 4)
-				require.NoError(t, err)
-				defer s.Close()
-				last, err := s.Prefill(tokens[:4])
-				add([][]float32{last}, err)
-				add(s.Step(tokens[4:7]))
-				add(s.Step(tokens[4:5]))
-				return all
-			}
-			got, want := run(loadModel(t, lowered, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
-			worst := 0.0
-			for i, w := range []string{"4 tokens", "prefill", "step of 3", "step of 1"} {
-				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
-			}
+					defer s.Close()
+					last, err := s.Prefill(tokens[:4])
+					add([][]float32{last}, err)
+					add(s.Step(tokens[4:7]))
+					add(s.Step(tokens[4:5]))
+				})
 			t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
 		})
 	}
@@ -455,34 +445,49 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withTriton, err := sharedTritonAttention()
 	require.NoError(t, err)
+	tokens := append(slices.Clone(testTokens), testTokens...)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			run := func(m *model.Model) [][][]float32 {
-				var all [][][]float32
-				add := func(rows [][]float32, err error) {
-					require.NoError(t, err)
-					all = append(all, rows)
-				}
-				tokens := append(slices.Clone(testTokens), testTokens...)
-				for _, block := range []int{4, 1} {
-					s, err := m.NewSession(32, block)
-					require.NoError(t, err)
-					defer s.Close()
-					_, err = s.Prefill(tokens[:4])
-					require.NoError(t, err)
-					add(s.Commit(tokens[4 : 4+block]))
-					add(s.Commit(tokens[4+block : 4+2*block]))
-				}
-				return all
-			}
-			got, want := run(loadModel(t, withTriton, dir, dtypes.BFloat16)), run(loadModel(t, plain, dir, dtypes.BFloat16))
-			worst := 0.0
-			for i, w := range []string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1"} {
-				worst = max(worst, requireRowsWithin(t, w, got[i], want[i], 2e-2))
-			}
+			worst := requireBF16WindowsMatch(t, withTriton, plain, dir,
+				[]string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1"},
+				func(m *model.Model, add func([][]float32, error)) {
+					for _, block := range []int{4, 1} {
+						s, err := m.NewSession(32, block)
+						require.NoError(t, err)
+						defer s.Close()
+						_, err = s.Prefill(tokens[:4])
+						require.NoError(t, err)
+						add(s.Commit(tokens[4 : 4+block]))
+						add(s.Commit(tokens[4+block : 4+2*block]))
+					}
+				})
 			t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
 		})
 	}
+}
+
+// requireBF16WindowsMatch loads the fixture model of dir in bf16 on got and on want,
+// runs the same windows on each (run passes each window's logits rows to add, in the
+// order of names), and requires got's within 2e-2 of the largest of want's (see
+// TestTritonGEMVModelsMatch). It returns the largest difference in those units.
+func requireBF16WindowsMatch(t *testing.T, got, want compute.Backend, dir string, names []string,
+	run func(m *model.Model, add func([][]float32, error))) float64 {
+	t.Helper()
+	windows := func(b compute.Backend) [][][]float32 {
+		var all [][][]float32
+		run(loadModel(t, b, dir, dtypes.BFloat16), func(rows [][]float32, err error) {
+			require.NoError(t, err)
+			all = append(all, rows)
+		})
+		require.Len(t, all, len(names))
+		return all
+	}
+	g, w := windows(got), windows(want)
+	worst := 0.0
+	for i, name := range names {
+		worst = max(worst, requireRowsWithin(t, name, g[i], w[i], 2e-2))
+	}
+	return worst
 }
 
 // The fused attention (bf16, on the plugin) gives the plain attention of the same inputs

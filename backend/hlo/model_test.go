@@ -86,23 +86,8 @@ func TestModelProgramsBuild(t *testing.T) {
 func TestTritonGEMVInModels(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			window := func(b *hlo.Backend) string {
-				m, err := model.Load(b, dir, model.LoadOptions{})
-				require.NoError(t, err)
-				defer func() { require.NoError(t, m.Close()) }()
-				require.Equal(t, dtypes.BFloat16, m.DType)
-				inputs := []shapes.Shape{i32(1, 4), i32(1)}
-				for range 2 * m.Config.NumLayers {
-					inputs = append(inputs, m.CacheShape(1, 32))
-				}
-				return programText(t, m, "window4", inputs, func(w *model.Weights, in []*Node) []*Node {
-					win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
-						WriteLen: Const(in[0].Graph(), []int32{4})}
-					out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
-					return append([]*Node{out}, cache.Nodes()...)
-				})
-			}
-			plain, lowered := window(hlo.NewBuildOnly()), window(tritonOnly(t))
+			plain, _ := window4Text(t, hlo.NewBuildOnly(), dir)
+			lowered, _ := window4Text(t, tritonOnly(t), dir)
 			require.Empty(t, tritonCalls(plain))
 			dense, batched := denseDots(plain)
 			require.Positive(t, dense)
@@ -128,22 +113,9 @@ func TestTritonAttentionInModels(t *testing.T) {
 	require.NoError(t, err)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, err := model.Load(b, dir, model.LoadOptions{})
-			require.NoError(t, err)
-			defer func() { require.NoError(t, m.Close()) }()
-			require.Equal(t, dtypes.BFloat16, m.DType)
-			inputs := []shapes.Shape{i32(1, 4), i32(1)}
-			for range 2 * m.Config.NumLayers {
-				inputs = append(inputs, m.CacheShape(1, 32))
-			}
-			text := programText(t, m, "window4", inputs, func(w *model.Weights, in []*Node) []*Node {
-				win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
-					WriteLen: Const(in[0].Graph(), []int32{4})}
-				out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
-				return append([]*Node{out}, cache.Nodes()...)
-			})
+			text, layers := window4Text(t, b, dir)
 			calls := tritonCalls(text)
-			require.Len(t, calls, m.Config.NumLayers)
+			require.Len(t, calls, layers)
 			for _, c := range calls {
 				require.Contains(t, c, "tt.func public @attention(")
 			}
@@ -151,6 +123,28 @@ func TestTritonAttentionInModels(t *testing.T) {
 			require.Zero(t, batched, "attention's products are left")
 		})
 	}
+}
+
+// window4Text is the StableHLO, built on b, of the bf16 fixture model of dir's forward
+// of a window of 4 positions at batch 1 over a cache of 32 slots that writes all four
+// (a commit), and the model's number of layers.
+func window4Text(t *testing.T, b *hlo.Backend, dir string) (text string, layers int) {
+	t.Helper()
+	m, err := model.Load(b, dir, model.LoadOptions{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, m.Close()) }()
+	require.Equal(t, dtypes.BFloat16, m.DType)
+	inputs := []shapes.Shape{i32(1, 4), i32(1)}
+	for range 2 * m.Config.NumLayers {
+		inputs = append(inputs, m.CacheShape(1, 32))
+	}
+	text = programText(t, m, "window4", inputs, func(w *model.Weights, in []*Node) []*Node {
+		win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
+			WriteLen: Const(in[0].Graph(), []int32{4})}
+		out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+		return append([]*Node{out}, cache.Nodes()...)
+	})
+	return text, m.Config.NumLayers
 }
 
 // requireProgram checks that text is a StableHLO module with a main function that
