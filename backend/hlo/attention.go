@@ -119,7 +119,8 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	if a, ok := f.tritonAttention(shape, layout, vs, cfg.Causal, scale); ok {
 		out, err := f.attentionByTriton(vs, a)
 		return out, nil, err
-	} else if f.builder.backend.tritonAttention && shape.s > shape.t {
+	}
+	if f.builder.backend.tritonAttention && shape.s > shape.t {
 		// A window over more keys that the kernel does not take: the plain path, not
 		// cuDNN's, which was slower there (BENCHMARKS.md, run Y).
 		return nil, nil, fmt.Errorf("hlo: %s: %d queries over %d keys outside our Triton kernel's shapes: %w",
