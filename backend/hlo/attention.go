@@ -323,37 +323,11 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
-// Triton kernel's per-split partial results, combined here: out = Σ acc·w / Σ l·w over
-// the splits, w = e^(m−M) with M the rows' largest m, then the real rows of each
-// key/value head's group, [b, kvHeads, group·T, D], relabelled [b, heads, T, D].
+// Triton kernels (triton.AttentionOutput).
 func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
-	op := compute.OpTypeFusedScaledDotProductAttention
-	acc, m, l, err := triton.AttentionPartials(vs[0], vs[1], vs[2], vs[3], a)
+	out, err := triton.AttentionOutput(vs[0], vs[1], vs[2], vs[3], a)
 	if err != nil {
-		return nil, opError(op, err)
+		return nil, opError(compute.OpTypeFusedScaledDotProductAttention, err)
 	}
-	splits, rows := a.Splits(), a.Rows()
-	var c combiner
-	largest := c.do(f.ReduceMax(f.wrap(m), 2))
-	weights := c.do(f.Exp(c.do(f.Sub(f.wrap(m), c.do(f.Reshape(largest, a.B, a.KVHeads, 1, rows))))))
-	den := c.do(f.ReduceSum(c.do(f.Mul(f.wrap(l), weights)), 2))
-	num := c.do(f.ReduceSum(c.do(f.Mul(f.wrap(acc), c.do(f.Reshape(weights, a.B, a.KVHeads, splits, rows, 1)))), 2))
-	out := c.do(f.Div(num, c.do(f.Reshape(den, a.B, a.KVHeads, rows, 1))))
-	out = c.do(f.Slice(out, []int{0, 0, 0, 0}, []int{a.B, a.KVHeads, a.Heads / a.KVHeads * a.T, a.D}, nil))
-	out = c.do(f.Reshape(out, a.B, a.Heads, a.T, a.D))
-	out = c.do(f.ConvertDType(out, dtypes.BFloat16))
-	if c.err != nil {
-		return nil, opError(op, c.err)
-	}
-	return out, nil
-}
-
-// combiner chains the backend's own ops, keeping the first error.
-type combiner struct{ err error }
-
-func (c *combiner) do(v compute.Value, err error) compute.Value {
-	if c.err == nil {
-		c.err = err
-	}
-	return v
+	return f.wrap(out), nil
 }

@@ -62,7 +62,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     can compute (for tests and measurements);
 //   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
 //     query rows per key/value head over more keys (a decoding window over its cache)
-//     as our own Triton kernel (triton.AttentionTTIR), declining the others rather than
+//     as our own Triton kernels (triton.AttentionOutput), declining the others rather than
 //     use cuDNN's, and makes the model ask for it at batch 1
 //     ([Backend.FusedAttentionOverCache]): the fused and AR steps 3-5 % faster on the
 //     H200 (BENCHMARKS.md, runs BV-BW). It combines with the GEMV options:

@@ -106,8 +106,8 @@ func TestTritonGEMVInModels(t *testing.T) {
 
 // With triton=attention, a bf16 fixture model's cached window of 4 positions at batch 1
 // that writes (a commit: its keys in their slots) runs each layer's attention over its
-// cache as our Triton kernel: one call per layer, and none of attention's batched
-// products left.
+// cache as our Triton kernels: two calls per layer (the splits, then their
+// combination), and none of attention's batched products left.
 func TestTritonAttentionInModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=attention")
 	require.NoError(t, err)
@@ -115,9 +115,9 @@ func TestTritonAttentionInModels(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			text, layers := window4Text(t, b, dir)
 			calls := tritonCalls(text)
-			require.Len(t, calls, layers)
-			for _, c := range calls {
-				require.Contains(t, c, "tt.func public @attention(")
+			require.Len(t, calls, 2*layers)
+			for i, c := range calls {
+				require.Contains(t, c, []string{"tt.func public @attention(", "tt.func public @combine("}[i%2])
 			}
 			_, batched := denseDots(text)
 			require.Zero(t, batched, "attention's products are left")

@@ -105,9 +105,8 @@ func CheckAttention(a Attention) error {
 // seen; a split that sees none has m = −1e30 and weighs nothing when combined.
 //
 // Its arguments are q, k, v and bias (see Attention), then its outputs acc
-// [B, KVHeads, Splits, Rows, D], m and l [B, KVHeads, Splits, Rows], float32: the
-// second half (the backend's) combines the splits, out = Σ acc·e^(m−M) / Σ l·e^(m−M)
-// with M the largest m, and keeps the real rows.
+// [B, KVHeads, Splits, Rows, D], m and l [B, KVHeads, Splits, Rows], float32, which
+// AttentionCombineTTIR's kernel combines.
 func AttentionTTIR(a Attention) (string, error) {
 	if err := CheckAttention(a); err != nil {
 		return "", err
@@ -272,5 +271,117 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
 		"$KVH", strconv.Itoa(a.KVHeads), "$LASTROW", strconv.Itoa(a.group()*a.T-1), "$T", strconv.Itoa(a.T),
 		"$G", strconv.Itoa(a.group()), "$H", strconv.Itoa(a.Heads), "$SCALE", strconv.FormatFloat(a.Scale, 'e', 9, 64),
 		"$S", strconv.Itoa(a.S), "$L", strconv.Itoa(a.KeysPerSplit()),
+	).Replace(text), nil
+}
+
+// combineSplits is the splits AttentionCombineTTIR's programs load at once: a's
+// splits rounded up to a power of two of at least 16, the padding masked.
+func (a Attention) combineSplits() int {
+	n := 16
+	for n < a.Splits() {
+		n *= 2
+	}
+	return n
+}
+
+// CombinePrograms is the grid of AttentionCombineTTIR's kernel: a program per batch
+// row, key/value head and real query row of its group, B × KVHeads × (Heads/KVHeads)·T.
+func (a Attention) CombinePrograms() int { return a.B * a.Heads * a.T }
+
+// AttentionCombineTTIR is the TTIR module of the kernel @combine, the second half of
+// AttentionTTIR's attention: program (b, kv, r) loads the m and l of query row r in
+// every split of (b, kv), and the split's acc rows [Splits, D], and writes
+// out = Σ acc·e^(m−M) / Σ l·e^(m−M), M the largest m, in bfloat16 at row r of the group
+// of kv. One kernel where XLA's ops took two (the reduction over the splits' m and l,
+// then the weighted sum of acc), each of them longer than this one's whole work.
+//
+// Its arguments are AttentionTTIR's outputs acc, m and l, then its output out
+// [B, Heads, T, D] bfloat16, whose rows the group's query rows are (row r of key/value
+// head kv: head kv·g + r/T, query r%T).
+func AttentionCombineTTIR(a Attention) (string, error) {
+	if err := CheckAttention(a); err != nil {
+		return "", err
+	}
+	text := `module {
+  tt.func public @combine(%acc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %m: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %l: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %out: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %pid = tt.get_program_id x : i32
+    %cGT = arith.constant $GT : i32
+    %r = arith.remsi %pid, %cGT : i32
+    %bkv = arith.divsi %pid, %cGT : i32
+    %cSplits = arith.constant $SPLITS : i32
+    %cR = arith.constant $R : i32
+    %first = arith.muli %bkv, %cSplits : i32
+    %firstR = arith.muli %first, %cR : i32
+    %row0 = arith.addi %firstR, %r : i32
+    %s = tt.make_range {end = $SP : i32, start = 0 : i32} : tensor<$SPxi32>
+    %Splitsv = arith.constant dense<$SPLITS> : tensor<$SPxi32>
+    %sok = arith.cmpi slt, %s, %Splitsv : tensor<$SPxi32>
+    %Rv = arith.constant dense<$R> : tensor<$SPxi32>
+    %sR = arith.muli %s, %Rv : tensor<$SPxi32>
+    %row0s = tt.splat %row0 : i32 -> tensor<$SPxi32>
+    %idx = arith.addi %row0s, %sR : tensor<$SPxi32>
+    %mbase = tt.splat %m : !tt.ptr<f32> -> tensor<$SPx!tt.ptr<f32>>
+    %mp = tt.addptr %mbase, %idx : tensor<$SPx!tt.ptr<f32>>, tensor<$SPxi32>
+    %hidden = arith.constant dense<-1.000000e+30> : tensor<$SPxf32>
+    %mv = tt.load %mp, %sok, %hidden : tensor<$SPx!tt.ptr<f32>>
+    %lbase = tt.splat %l : !tt.ptr<f32> -> tensor<$SPx!tt.ptr<f32>>
+    %lp = tt.addptr %lbase, %idx : tensor<$SPx!tt.ptr<f32>>, tensor<$SPxi32>
+    %zero = arith.constant dense<0.000000e+00> : tensor<$SPxf32>
+    %lv = tt.load %lp, %sok, %zero : tensor<$SPx!tt.ptr<f32>>
+    %mmax = "tt.reduce"(%mv) <{axis = 0 : i32}> ({
+    ^bb0(%x0: f32, %x1: f32):
+      %mx = arith.maxnumf %x0, %x1 : f32
+      tt.reduce.return %mx : f32
+    }) : (tensor<$SPxf32>) -> f32
+    %mmaxs = tt.splat %mmax : f32 -> tensor<$SPxf32>
+    %md = arith.subf %mv, %mmaxs : tensor<$SPxf32>
+    %w = math.exp %md : tensor<$SPxf32>
+    %lw = arith.mulf %lv, %w : tensor<$SPxf32>
+    %den = "tt.reduce"(%lw) <{axis = 0 : i32}> ({
+    ^bb0(%y0: f32, %y1: f32):
+      %sm = arith.addf %y0, %y1 : f32
+      tt.reduce.return %sm : f32
+    }) : (tensor<$SPxf32>) -> f32
+    %Dv = arith.constant dense<$D> : tensor<$SPxi32>
+    %aoff = arith.muli %idx, %Dv : tensor<$SPxi32>
+    %aoff2 = tt.expand_dims %aoff {axis = 1 : i32} : tensor<$SPxi32> -> tensor<$SPx1xi32>
+    %aoffb = tt.broadcast %aoff2 : tensor<$SPx1xi32> -> tensor<$SPx$Dxi32>
+    %d = tt.make_range {end = $D : i32, start = 0 : i32} : tensor<$Dxi32>
+    %d0 = tt.expand_dims %d {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
+    %db = tt.broadcast %d0 : tensor<1x$Dxi32> -> tensor<$SPx$Dxi32>
+    %ao = arith.addi %aoffb, %db : tensor<$SPx$Dxi32>
+    %abase = tt.splat %acc : !tt.ptr<f32> -> tensor<$SPx$Dx!tt.ptr<f32>>
+    %ap = tt.addptr %abase, %ao : tensor<$SPx$Dx!tt.ptr<f32>>, tensor<$SPx$Dxi32>
+    %sok2 = tt.expand_dims %sok {axis = 1 : i32} : tensor<$SPxi1> -> tensor<$SPx1xi1>
+    %sokb = tt.broadcast %sok2 : tensor<$SPx1xi1> -> tensor<$SPx$Dxi1>
+    %azero = arith.constant dense<0.000000e+00> : tensor<$SPx$Dxf32>
+    %av = tt.load %ap, %sokb, %azero : tensor<$SPx$Dx!tt.ptr<f32>>
+    %w2 = tt.expand_dims %w {axis = 1 : i32} : tensor<$SPxf32> -> tensor<$SPx1xf32>
+    %w2b = tt.broadcast %w2 : tensor<$SPx1xf32> -> tensor<$SPx$Dxf32>
+    %aw = arith.mulf %av, %w2b : tensor<$SPx$Dxf32>
+    %num = "tt.reduce"(%aw) <{axis = 0 : i32}> ({
+    ^bb0(%z0: f32, %z1: f32):
+      %sz = arith.addf %z0, %z1 : f32
+      tt.reduce.return %sz : f32
+    }) : (tensor<$SPx$Dxf32>) -> tensor<$Dxf32>
+    %dens = tt.splat %den : f32 -> tensor<$Dxf32>
+    %o = arith.divf %num, %dens : tensor<$Dxf32>
+    %ob = arith.truncf %o : tensor<$Dxf32> to tensor<$Dxbf16>
+    %orow0 = arith.muli %bkv, %cGT : i32
+    %orow = arith.addi %orow0, %r : i32
+    %cD = arith.constant $D : i32
+    %ooff = arith.muli %orow, %cD : i32
+    %ooffs = tt.splat %ooff : i32 -> tensor<$Dxi32>
+    %oo = arith.addi %ooffs, %d : tensor<$Dxi32>
+    %obase = tt.splat %out : !tt.ptr<bf16> -> tensor<$Dx!tt.ptr<bf16>>
+    %op = tt.addptr %obase, %oo : tensor<$Dx!tt.ptr<bf16>>, tensor<$Dxi32>
+    tt.store %op, %ob : tensor<$Dx!tt.ptr<bf16>>
+    tt.return
+  }
+}`
+	// strings.Replacer tries its pairs in order at each position: $SPLITS before $SP.
+	return strings.NewReplacer(
+		"$SPLITS", strconv.Itoa(a.Splits()), "$SP", strconv.Itoa(a.combineSplits()), "$GT", strconv.Itoa(a.group()*a.T),
+		"$R", strconv.Itoa(a.Rows()), "$D", strconv.Itoa(a.D),
 	).Replace(text), nil
 }

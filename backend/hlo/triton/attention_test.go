@@ -106,6 +106,32 @@ func TestAttentionTTIR(t *testing.T) {
 	}
 }
 
+// The combine kernel's text: a program per real query row, every split's m, l and acc
+// row loaded at once (the splits padded to a power of two and masked), one store.
+func TestAttentionCombineTTIR(t *testing.T) {
+	for _, c := range []struct {
+		a                          Attention
+		programs, loaded, rowsPart int
+	}{
+		{decodeAttention(1, 513), 16, 32, 16},
+		{decodeAttention(8, 520), 128, 32, 64},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 4096, 16, 32},
+	} {
+		a := c.a
+		text, err := AttentionCombineTTIR(a)
+		require.NoError(t, err)
+		requireWellFormed(t, text)
+		require.Equal(t, c.programs, a.CombinePrograms(), "%+v", a)
+		require.Contains(t, text, fmt.Sprintf("%%Splitsv = arith.constant dense<%d> : tensor<%dxi32>", a.Splits(), c.loaded))
+		require.Contains(t, text, fmt.Sprintf("%%cR = arith.constant %d : i32", c.rowsPart))
+		require.Contains(t, text, fmt.Sprintf("%%cGT = arith.constant %d : i32", a.Heads/a.KVHeads*a.T))
+		require.Contains(t, text, fmt.Sprintf("tt.load %%ap, %%sokb, %%azero : tensor<%dx128x!tt.ptr<f32>>", c.loaded))
+		require.Equal(t, 1, strings.Count(text, "tt.store"))
+	}
+	_, err := AttentionCombineTTIR(decodeAttention(9, 64))
+	require.ErrorContains(t, err, "72 rows, over 64")
+}
+
 // The GEMV kernels pass the same checks.
 func TestGEMVWellFormed(t *testing.T) {
 	for _, tile := range []Tile{{BN: 8, BK: 256, Stages: 3}, {BN: 32, BK: 128, Stages: 4, Dot: true}} {

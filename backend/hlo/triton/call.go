@@ -54,30 +54,38 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 	return ys[0], nil
 }
 
-// AttentionPartials appends the attention kernel of a (AttentionTTIR) to q's function
-// for q, k, v and bias as a describes them, and returns its per-split outputs acc
-// [B, KVHeads, Splits, Rows, D], m and l [B, KVHeads, Splits, Rows], float32.
-func AttentionPartials(q, k, v, bias *stablehlo.Value, a Attention) (acc, m, l *stablehlo.Value, err error) {
+// AttentionOutput appends our attention of a to q's function for q, k, v and bias as a
+// describes them, and returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's
+// kernel, whose per-split partial results AttentionCombineTTIR's kernel combines.
+func AttentionOutput(q, k, v, bias *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
 	want := []shapes.Shape{
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
 		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
 	}
 	for i, x := range []*stablehlo.Value{q, k, v, bias} {
 		if !x.Shape().Equal(want[i]) {
-			return nil, nil, nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
+			return nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
 		}
 	}
 	ir, err := AttentionTTIR(a)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	outs, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias},
+	partials, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias},
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return outs[0], outs[1], outs[2], nil
+	if ir, err = AttentionCombineTTIR(a); err != nil {
+		return nil, err
+	}
+	out, err := Call("combine", ir, a.CombinePrograms(), Warps, 1, partials,
+		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D))
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
 }
