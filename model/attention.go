@@ -106,7 +106,7 @@ type masks struct {
 	// reads no cache, see [PrefillAttention]).
 	fused *fusedMasks
 	// overCache, when not nil, asks attention for the backend's fused op over the cache
-	// holding the window's keys in their slots (inSlots or ownSlot as its mask [1, w,
+	// holding the window's keys in their slots (inSlots or ownSlot as its mask [b, w,
 	// s], see [overCacheMasks]), where the backend offers a kernel for it
 	// (backend.FusedAttentionOverCache).
 	overCache *fusedMasks
@@ -143,19 +143,19 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 	return f
 }
 
-// overCacheMasks returns the mask [1, w, s] of a window at batch 1 that attends over
-// the cache holding its keys in their slots (m.inSlots or m.ownSlot, [1, 1, w, 1, s])
-// in the form the fused op takes, or nil when the window attends otherwise. Larger
-// batches keep the plain path: with our Triton kernel on an H200 batch-1 steps got 3-5 %
-// faster, but decoding at batch 8 lost 6 % and autoregressive decoding at batch 64 lost
-// 14 %, where the plain products already read the cache at about the copy bandwidth
-// (BENCHMARKS.md, run BV).
+// overCacheMasks returns the mask [b, w, s] of a window that attends over the cache
+// holding its keys in their slots (m.inSlots or m.ownSlot, [b, 1, w, 1, s]) in the form
+// the fused op takes, or nil when the window attends otherwise. At every batch size:
+// with our Triton kernel reading only each row's visible keys, and more programs at
+// larger batches, this branch waits for its measurement against main, which keeps
+// larger batches on the plain path (run BV in BENCHMARKS.md: decoding at batch 8 lost
+// 6 %, autoregressive decoding at batch 64 14 %, with the kernel as it was).
 func overCacheMasks(m masks) *fusedMasks {
 	visible := m.inSlots
 	if visible == nil {
 		visible = m.ownSlot
 	}
-	if visible == nil || visible.Shape().Dimensions[0] != 1 {
+	if visible == nil {
 		return nil
 	}
 	dims := visible.Shape().Dimensions

@@ -295,26 +295,51 @@ func inSlotsRunner(t *testing.T, m *Model, capacity, w, block int) func(seqs [][
 	}
 }
 
-// Windows at batch 1 over the cache in their slots ask for the fused attention where
-// the backend offers a kernel for it (backend.FusedAttentionOverCache, our Triton
-// kernel on the GPU); forced here on the Go backend, whose fused op takes the same BHSD
-// operands and mask, they give the full forward's logits: windows of 4 writing in
-// place, one-token windows in their own slot. Batch 2 keeps the plain path.
+// Windows over the cache in their slots ask for the fused attention where the backend
+// offers a kernel for it (backend.FusedAttentionOverCache, our Triton kernel on the
+// GPU); forced here on the Go backend, whose fused op takes the same BHSD operands and
+// mask, they give the full forward's logits: at batch 2 (windows of 8 positions and of
+// one over a cache too large to copy, with junk in uncommitted positions), and at batch
+// 1 (windows of 4 writing in place, one-token windows in their own slot).
 func TestFusedAttentionOverCache(t *testing.T) {
-	m := randomModel(t, prefillConfig(), 3)
+	cfg := prefillConfig()
+	cfg.MaxPositionEmbeddings = 2048
+	m := randomModel(t, cfg, 3)
 	m.fusesAnywhere, m.fusedOverCacheAnywhere = true, true
 
 	// The Go backend takes the op as the model asks for it, so the paths below run it.
 	g := NewGraph(m.backend, "over-cache")
-	q := IotaFull(g, shapes.Make(dtypes.Float32, 1, 4, 3, 8))
-	k := IotaFull(g, shapes.Make(dtypes.Float32, 1, 2, 16, 8))
-	visible := LessThan(Iota(g, shapes.Make(dtypes.Int32, 1, 3, 16), 2), Const(g, int32(5)))
+	q := IotaFull(g, shapes.Make(dtypes.Float32, 2, 4, 3, 8))
+	k := IotaFull(g, shapes.Make(dtypes.Float32, 2, 2, 16, 8))
+	visible := LessThan(Iota(g, shapes.Make(dtypes.Int32, 2, 3, 16), 2), Const(g, int32(5)))
 	require.NotNil(t, fusedAttention(q, k, k, compute.AttentionAxesLayoutBHSD, &fusedMasks{mask: visible}, 0.1))
 
-	seq := testSequence(16, m.Config.VocabSize)
-	requireCachedMatchesFull(t, m, seq, 5, 32, 4)
-	requireCachedMatchesFull(t, m, seq, 3, 32, 1)
-	batch2 := masks{inSlots: Reshape(visible, 1, 1, 3, 1, 16)}
-	batch2.inSlots = Concatenate([]*Node{batch2.inSlots, batch2.inSlots}, 0)
-	require.Nil(t, overCacheMasks(batch2))
+	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
+	type call struct{ starts, ns, writes [2]int }
+	for _, c := range []struct {
+		capacity, w, block int
+		calls              []call
+	}{
+		{32, 8, 4, []call{{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, {[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}}},
+		{2048, 1, 1, []call{{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, {[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}}}},
+	} {
+		var full [][][]float32
+		for _, seq := range seqs {
+			f, err := m.Logits(seq, c.block)
+			require.NoError(t, err)
+			full = append(full, f)
+		}
+		run := inSlotsRunner(t, m, c.capacity, c.w, c.block)
+		for _, call := range c.calls {
+			rows := run(seqs, call.starts, call.ns, call.writes)
+			for r := range 2 {
+				if call.ns[r] > 0 {
+					want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
+					require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "window %d, row %d at %d", c.w, r, call.starts[r])
+				}
+			}
+		}
+	}
+	requireCachedMatchesFull(t, m, seqs[0], 5, 32, 4)
+	requireCachedMatchesFull(t, m, seqs[0], 3, 32, 1)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/go-xla/stablehlo"
 	xshapes "github.com/gomlx/go-xla/types/shapes"
 
@@ -325,9 +326,55 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
 // Triton kernels (triton.AttentionOutput).
 func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
-	out, err := triton.AttentionOutput(vs[0], vs[1], vs[2], vs[3], a)
+	op := compute.OpTypeFusedScaledDotProductAttention
+	var c combiner
+	lens, err := f.operands(c.do(f.visibleLengths(f.wrap(vs[3]), a)))
+	if err == nil {
+		err = c.err
+	}
 	if err != nil {
-		return nil, opError(compute.OpTypeFusedScaledDotProductAttention, err)
+		return nil, opError(op, err)
+	}
+	out, err := triton.AttentionOutput(vs[0], vs[1], vs[2], vs[3], lens[0], a)
+	if err != nil {
+		return nil, opError(op, err)
 	}
 	return f.wrap(out), nil
+}
+
+// visibleBias is the additive bias above which a key counts as visible: the hidden ones
+// are far below (hiddenBias, or the caller's −1e30), real biases far above.
+const visibleBias = -1e20
+
+// visibleLengths returns, per batch row of the bias [B, BiasHeads, T, S] of a, one past
+// the last key that any of its queries sees ([B] int32): the keys the Triton kernel
+// reads.
+func (f *Function) visibleLengths(bias compute.Value, a triton.Attention) (compute.Value, error) {
+	var c combiner
+	threshold, err := f.scalar(dtypes.BFloat16, visibleBias)
+	if err != nil {
+		return nil, err
+	}
+	one, err := f.scalar(dtypes.Int32, 1)
+	if err != nil {
+		return nil, err
+	}
+	zero, err := f.scalar(dtypes.Int32, 0)
+	if err != nil {
+		return nil, err
+	}
+	visible := c.do(f.GreaterThan(bias, f.wrap(threshold)))
+	ends := c.do(f.Add(c.do(f.Iota(shapes.Make(dtypes.Int32, a.B, a.BiasHeads, a.T, a.S), 3)), f.wrap(one)))
+	lens := c.do(f.ReduceMax(c.do(f.Where(visible, ends, f.wrap(zero))), 1, 2, 3))
+	return lens, c.err
+}
+
+// combiner chains the backend's own ops, keeping the first error.
+type combiner struct{ err error }
+
+func (c *combiner) do(v compute.Value, err error) compute.Value {
+	if c.err == nil {
+		c.err = err
+	}
+	return v
 }

@@ -438,9 +438,10 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 }
 
 // The bf16 fixture models with triton=attention give the plain backend's logits on
-// windows at batch 1 over their cache in their slots, which run our Triton kernel: a
-// session's commits of 4 (in place) and of 1 token (in its own slot). The tolerance is
-// TestTritonGEMVModelsMatch's.
+// windows over their cache in their slots, which run our Triton kernel: at batch 1, a
+// session's commits of 4 (in place) and of 1 token (in its own slot); at batch 2,
+// windows of 8 at different starts committing different lengths, then one-token
+// windows. The tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonAttentionModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withTriton, err := sharedTritonAttention()
@@ -449,7 +450,8 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			worst := requireBF16WindowsMatch(t, withTriton, plain, dir,
-				[]string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1"},
+				[]string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1",
+					"batch 2, window 8", "batch 2, window 8 over the cache", "batch 2, window 1"},
 				func(m *model.Model, add func([][]float32, error)) {
 					for _, block := range []int{4, 1} {
 						s, err := m.NewSession(32, block)
@@ -460,6 +462,10 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 						add(s.Commit(tokens[4 : 4+block]))
 						add(s.Commit(tokens[4+block : 4+2*block]))
 					}
+					batch2 := batch2Windows(t, m, 32)
+					add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+					add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+					add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
 				})
 			t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
 		})
@@ -488,6 +494,53 @@ func requireBF16WindowsMatch(t *testing.T, got, want compute.Backend, dir string
 		worst = max(worst, requireRowsWithin(t, name, g[i], w[i], 2e-2))
 	}
 	return worst
+}
+
+// batch2Windows returns a function that forwards windows of w testTokens at batch 2
+// over a cache of capacity slots kept between calls, row r at starts[r] writing
+// writes[r], and returns the logits rows of both rows' windows.
+func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, starts, writes [2]int32) ([][]float32, error) {
+	cache, err := m.NewCache(2, capacity)
+	require.NoError(t, err)
+	t.Cleanup(func() { cache.Free() })
+	return func(w int, starts, writes [2]int32) ([][]float32, error) {
+		vec := shapes.Make(dtypes.Int32, 2)
+		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 2, w), vec, vec}
+		for range 2 * m.Config.NumLayers {
+			inputs = append(inputs, m.CacheShape(2, capacity))
+		}
+		p, err := m.CachedProgram(fmt.Sprintf("test/batch2/%d/%d", capacity, w), inputs, func(wt *model.Weights, in []*Node) []*Node {
+			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: 4}
+			logits, c := m.Forward(wt, win, model.CacheNodesFrom(in[3:]), nil)
+			return append([]*Node{logits}, c.Nodes()...)
+		})
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]int32, 0, 2*w)
+		for r := range 2 {
+			for i := range w {
+				ids = append(ids, int32(testTokens[(r*3+i)%len(testTokens)]))
+			}
+		}
+		out, err := p.Run(append([]*tensors.Tensor{tensors.FromFlatDataAndDimensions(ids, 2, w),
+			tensors.FromValue(starts[:]), tensors.FromValue(writes[:])}, cache.Tensors()...)...)
+		if err != nil {
+			return nil, err
+		}
+		cache.Free()
+		cache = model.CacheFromTensors(out[1:])
+		logits, err := tensors.CopyFlatData[float32](out[0])
+		if err != nil {
+			return nil, err
+		}
+		vocab := m.Config.VocabSize
+		rows := make([][]float32, 2*w)
+		for i := range rows {
+			rows[i] = logits[i*vocab : (i+1)*vocab]
+		}
+		return rows, nil
+	}
 }
 
 // The fused attention (bf16, on the plugin) gives the plain attention of the same inputs

@@ -16,7 +16,7 @@ func decodeAttention(t, s int) Attention {
 	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, BiasHeads: 16, Scale: 1 / math.Sqrt(128)}
 }
 
-// The grid: a program per batch row, key/value head and split of 32 keys, up to 264
+// The grid: a program per batch row, key/value head and split of 32 keys, up to 1056
 // programs, with every key in some split; the rows of a group padded to tt.dot's 16.
 func TestAttentionGrid(t *testing.T) {
 	for _, c := range []struct {
@@ -27,8 +27,9 @@ func TestAttentionGrid(t *testing.T) {
 		{decodeAttention(4, 516), 32, 17, 32, 34},
 		{decodeAttention(8, 520), 64, 17, 32, 34},
 		{decodeAttention(4, 4100), 32, 129, 32, 258},
-		{decodeAttention(4, 8200), 32, 129, 64, 258},
-		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 2, 1056, 256},
+		{decodeAttention(4, 8200), 32, 257, 32, 514},
+		{decodeAttention(4, 20000), 32, 313, 64, 626},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 8, 288, 1024},
 		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8},
 	} {
 		a := c.a
@@ -79,8 +80,8 @@ func requireWellFormed(t *testing.T, text string) {
 }
 
 // The kernel's text for the decoding windows: its sizes in place, its bias rows those of
-// the queries or, with one bias of every head, of the positions, and its three outputs
-// stored.
+// the queries or, with one bias of every head, of the positions, its loop ending at its
+// batch row's length, and its three outputs stored.
 func TestAttentionTTIR(t *testing.T) {
 	shared := decodeAttention(4, 516)
 	shared.BiasHeads = 1
@@ -96,6 +97,9 @@ func TestAttentionTTIR(t *testing.T) {
 			require.Contains(t, text, fmt.Sprintf("%%cL = arith.constant %d : i32", a.KeysPerSplit()))
 			require.Contains(t, text, fmt.Sprintf("%%rlast = arith.constant dense<%d>", 8*a.T-1))
 			require.Contains(t, text, "%scale = arith.constant dense<8.838834765e-02>")
+			require.Contains(t, text, "%lenp = tt.addptr %lens, %bi : !tt.ptr<i32>, i32")
+			require.Contains(t, text, "%jend = arith.minsi %jsplit, %len : i32")
+			require.Contains(t, text, "scf.for %j0 = %jstart to %jend step %cBN")
 			require.Equal(t, 3, strings.Count(text, "tt.store"))
 			if a.BiasHeads == 1 {
 				require.Contains(t, text, "%brow = arith.muli %brow0, %Sr")

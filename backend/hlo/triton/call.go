@@ -55,14 +55,16 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 }
 
 // AttentionOutput appends our attention of a to q's function for q, k, v and bias as a
-// describes them, and returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's
-// kernel, whose per-split partial results AttentionCombineTTIR's kernel combines.
-func AttentionOutput(q, k, v, bias *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
+// describes them and lens [B] int32 (keys read per batch row), and returns its output
+// [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split partial results
+// AttentionCombineTTIR's kernel combines.
+func AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
 	want := []shapes.Shape{
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
 		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
+		shapes.Make(dtypes.Int32, a.B),
 	}
-	for i, x := range []*stablehlo.Value{q, k, v, bias} {
+	for i, x := range []*stablehlo.Value{q, k, v, bias, lens} {
 		if !x.Shape().Equal(want[i]) {
 			return nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
 		}
@@ -72,7 +74,7 @@ func AttentionOutput(q, k, v, bias *stablehlo.Value, a Attention) (*stablehlo.Va
 		return nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	partials, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias},
+	partials, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias, lens},
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
