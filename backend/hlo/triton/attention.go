@@ -25,10 +25,22 @@ type Attention struct {
 // (BENCHMARKS.md, run K).
 const AttentionKeys = 32
 
-// maxAttentionPrograms bounds the programs of the attention kernel: eight per SM of the
-// H200 (132), so that at batch 64 a program loops over 4 steps of keys rather than 14
-// (run BV in BENCHMARKS.md measured two per SM there; eight is yet to be measured).
-const maxAttentionPrograms = 1056
+// maxAttentionPrograms bounds the programs of the attention kernel: two per SM of the
+// H200 (132). More splits would write more partial results for the combine: at batch
+// 64 with windows of 8, 14 steps of 32 keys per program in two splits write 8 MB of
+// them, seven splits 29 MB, about half the keys and values they read.
+const maxAttentionPrograms = 264
+
+// maxAttentionStages is how deep the kernel's loop over its steps of keys is pipelined
+// (the next steps' keys, values and bias loading while one is computed) where a
+// program has that many steps: at batch 64 a program walks 14 of them (run BV in
+// BENCHMARKS.md, where one stage lost 14 % on autoregressive decoding against the
+// plain products). Yet to be measured.
+const maxAttentionStages = 3
+
+// Stages is the pipelining depth of a's kernel: maxAttentionStages, or the steps of
+// keys each program walks if fewer (1: not pipelined).
+func (a Attention) Stages() int { return min(maxAttentionStages, a.KeysPerSplit()/AttentionKeys) }
 
 // maxAttentionRows is the most query rows (query heads of a group times T) one program
 // holds: their [rows, D] float32 accumulator must stay in registers.

@@ -16,27 +16,29 @@ func decodeAttention(t, s int) Attention {
 	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, BiasHeads: 16, Scale: 1 / math.Sqrt(128)}
 }
 
-// The grid: a program per batch row, key/value head and split of 32 keys, up to 1056
-// programs, with every key in some split; the rows of a group padded to tt.dot's 16.
+// The grid: a program per batch row, key/value head and split of 32 keys, up to 264
+// programs, with every key in some split; the rows of a group padded to tt.dot's 16;
+// programs of several steps pipelined up to 3 deep.
 func TestAttentionGrid(t *testing.T) {
 	for _, c := range []struct {
-		a                                    Attention
-		rows, splits, keysPerSplit, programs int
+		a                                            Attention
+		rows, splits, keysPerSplit, programs, stages int
 	}{
-		{decodeAttention(1, 513), 16, 17, 32, 34},
-		{decodeAttention(4, 516), 32, 17, 32, 34},
-		{decodeAttention(8, 520), 64, 17, 32, 34},
-		{decodeAttention(4, 4100), 32, 129, 32, 258},
-		{decodeAttention(4, 8200), 32, 257, 32, 514},
-		{decodeAttention(4, 20000), 32, 313, 64, 626},
-		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 8, 288, 1024},
-		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8},
+		{decodeAttention(1, 513), 16, 17, 32, 34, 1},
+		{decodeAttention(4, 516), 32, 17, 32, 34, 1},
+		{decodeAttention(8, 520), 64, 17, 32, 34, 1},
+		{decodeAttention(4, 4100), 32, 129, 32, 258, 1},
+		{decodeAttention(4, 8200), 32, 129, 64, 258, 2},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 2, 1056, 256, 3},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 1, S: 896, D: 128, BiasHeads: 1}, 16, 2, 448, 256, 3},
+		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8, 1},
 	} {
 		a := c.a
 		require.Equal(t, c.rows, a.Rows(), "%+v", a)
 		require.Equal(t, c.splits, a.Splits(), "%+v", a)
 		require.Equal(t, c.keysPerSplit, a.KeysPerSplit(), "%+v", a)
 		require.Equal(t, c.programs, a.Programs(), "%+v", a)
+		require.Equal(t, c.stages, a.Stages(), "%+v", a)
 		require.GreaterOrEqual(t, a.Splits()*a.KeysPerSplit(), a.S, "every key in a split")
 		require.Less(t, (a.Splits()-1)*a.KeysPerSplit(), a.S, "no split without keys")
 		require.LessOrEqual(t, a.Programs(), max(maxAttentionPrograms, a.B*a.KVHeads))

@@ -74,7 +74,7 @@ func AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stable
 		return nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	partials, err := Call("attention", ir, a.Programs(), Warps, 1, []*stablehlo.Value{q, k, v, bias, lens},
+	partials, err := Call("attention", ir, a.Programs(), Warps, a.Stages(), []*stablehlo.Value{q, k, v, bias, lens},
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
