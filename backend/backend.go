@@ -48,8 +48,9 @@ const InPlaceMarker = "~output="
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
 // preallocating device memory made large outputs 2-3x faster to allocate on the H200;
 // triton=gemv runs the 1-row products our Triton GEMV measured faster; triton=attention
-// runs batch-1 windows' attention over the cache as our Triton kernel (the fused and AR
-// steps 3-5 % faster, BENCHMARKS.md runs BV-BW).
+// runs the attention of windows over the cache as our Triton kernels where they
+// measured faster (batch 1: the AR step 8-9 % faster, the fused step 4-8 %; batches of
+// 32 and more; BENCHMARKS.md runs BV-CD).
 const cudaOptions = ",preallocate=true,triton=gemv,triton=attention"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
@@ -241,7 +242,7 @@ func AttentionLogSumExp(b compute.Backend) bool {
 // FusedAttentionOverCache reports whether a window that attends over the cache holding
 // its keys in their slots should ask b's fused attention for it: yes where b has a
 // method FusedAttentionOverCache() bool that says so (our StableHLO backend with option
-// triton=attention, whose Triton kernel is made for short windows over many keys); no
+// triton=attention, whose Triton kernels are made for short windows over many keys); no
 // elsewhere: go-xla's cuDNN lowering takes no more keys than queries, cuDNN's attention
 // over the cache on ours was slower than the plain path (BENCHMARKS.md, run Y), and the
 // Go backend's fused op is slower than its plain path.

@@ -146,10 +146,9 @@ func newFusedMasks(window *Node, causal, byParts bool, pos *Node, blockSize int)
 // overCacheMasks returns the mask [b, w, s] of a window that attends over the cache
 // holding its keys in their slots (m.inSlots or m.ownSlot, [b, 1, w, 1, s]) in the form
 // the fused op takes, or nil when the window attends otherwise. At every batch size:
-// with our Triton kernel reading only each row's visible keys, and more programs at
-// larger batches, this branch waits for its measurement against main, which keeps
-// larger batches on the plain path (run BV in BENCHMARKS.md: decoding at batch 8 lost
-// 6 %, autoregressive decoding at batch 64 14 %, with the kernel as it was).
+// the backend declines the shapes its kernel does not gain on (our Triton kernels at
+// batches from 2 to 31 with 2 key/value heads, see backend/hlo), and the window then
+// takes the plain path.
 func overCacheMasks(m masks) *fusedMasks {
 	visible := m.inSlots
 	if visible == nil {

@@ -41,9 +41,9 @@ type Backend struct {
 	device     *pjrt.Device // the device every buffer and execution uses
 	noTF32     bool         // float32 dot products at full precision (option "notf32")
 	tritonGEMV gemvPolicy   // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
-	// tritonAttention runs the fused attention of short windows over more keys as our
-	// Triton kernel (option "triton=attention", attention.go).
-	tritonAttention bool
+	// tritonAttention is which fused attentions of short windows over more keys run as
+	// our Triton kernels (option "triton", attention.go).
+	tritonAttention attentionPolicy
 	finalized       bool
 }
 
@@ -62,11 +62,16 @@ var _ compute.Backend = (*Backend)(nil)
 //     can compute (for tests and measurements);
 //   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
 //     query rows per key/value head over more keys (a decoding window over its cache)
-//     as our own Triton kernels (triton.AttentionOutput), declining the others rather than
-//     use cuDNN's, and makes the model ask for it at batch 1
-//     ([Backend.FusedAttentionOverCache]): the fused and AR steps 3-5 % faster on the
-//     H200 (BENCHMARKS.md, runs BV-BW). It combines with the GEMV options:
-//     "triton=gemv,triton=attention".
+//     as our own Triton kernels (triton.AttentionOutput) where they measured faster
+//     than the plain path on the H200 (batch 1, and batches of 32 and more with 2
+//     key/value heads: see minBatchedAttentionPrograms), declining the others rather
+//     than use cuDNN's, and makes the model ask for it
+//     ([Backend.FusedAttentionOverCache]): at batch 1 the AR step 8-9 % faster, the
+//     fused step 4-8 %, at batch 64 decoding windows of 8 8-12 % faster (BENCHMARKS.md,
+//     runs BZ-CD). It combines with the GEMV options:
+//     "triton=gemv,triton=attention";
+//   - "triton=attention-all", which runs every such attention the kernels can compute
+//     as them (for tests and measurements).
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -120,7 +125,7 @@ type options struct {
 	client          pjrt.NamedValuesMap // the client's (preallocate), nil if none
 	noTF32          bool                // "notf32"
 	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
-	tritonAttention bool                // "triton=attention"
+	tritonAttention attentionPolicy     // "triton=attention" or "triton=attention-all"
 }
 
 // apply sets the options that change how b builds programs.
@@ -155,12 +160,14 @@ func parseOptions(list string) (options, error) {
 			case "gemv-all":
 				o.tritonGEMV = gemvAll
 			case "attention":
-				o.tritonAttention = true
+				o.tritonAttention = attentionWhereFaster
+			case "attention-all":
+				o.tritonAttention = attentionAll
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=attention-all)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=attention-all)", option)
 		}
 	}
 	return o, nil
@@ -183,7 +190,7 @@ func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone
 // for the fused attention (see backend.FusedAttentionOverCache): with option
 // triton=attention, whose kernel is made for them; not with cuDNN's, which was slower
 // there than the plain path (BENCHMARKS.md, run Y).
-func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
+func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention != attentionNone }
 
 // String returns "bdxla".
 func (b *Backend) String() string { return BackendName }

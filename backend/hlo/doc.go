@@ -7,7 +7,7 @@
 // and go-xla's own backend cannot emit. Every operation is plain StableHLO, op for op,
 // except dense products with option triton (below) and the fused scaled dot-product
 // attention, which runs as cuDNN's flash attention on a CUDA plugin, or with option
-// triton=attention as our own Triton kernel for windows over more keys (attention.go);
+// triton=attention as our own Triton kernels for windows over more keys (attention.go);
 // the other fused operations GoMLX can decompose (softmax, …) are declined with
 // [compute.ErrNotImplemented] so that GoMLX decomposes them.
 //
@@ -19,7 +19,9 @@
 // H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
 // product of 1 to 8 rows the kernel can compute), and "triton=attention", which runs
 // the attention of bfloat16 decoding windows over their cache as our own split-key
-// Triton kernel (the model asks for it at batch 1). For example:
+// Triton kernel and a second one that combines its splits, at batch 1 and at batches
+// of 32 and more, where they measured faster ("triton=attention-all": at every batch
+// size). For example:
 //
 //	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention"
 //
@@ -34,8 +36,8 @@
 // block decoding take the time XLA's backend's do (within 2 %); with triton=gemv the
 // 1-token AR step is 6-8 % faster than XLA's, and prefill, whose boolean mask it hands
 // cuDNN as a bias of one head, 4-6 % faster at 2048 tokens; with triton=attention the
-// fused and AR steps are 3-5 % faster again (runs BV-BX). Package backend picks it, with
-// triton=gemv and triton=attention, for a CUDA plugin it finds.
+// AR step is 8-9 % faster again and the fused step 4-8 % (runs BV-CD). Package backend
+// picks it, with triton=gemv and triton=attention, for a CUDA plugin it finds.
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo
