@@ -92,8 +92,9 @@ hlodecoder() {
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
-# ours bare (bdxla), with triton=gemv, triton=gemv-all or triton=gemv,triton=attention,
-# each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
+# ours bare (bdxla), with triton=gemv, triton=gemv-all, triton=gemv,triton=attention or
+# triton=gemv,triton=attention-all (our attention kernels at every batch size), each
+# preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
 # triton=gemv alone).
 backend_config() {
   case $1 in
@@ -102,6 +103,7 @@ backend_config() {
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
+    bdxla-gemv-attention-all) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention-all" ;;
     ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
   esac
 }
@@ -289,14 +291,16 @@ tritonattention() {
   # batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv without and with it,
   # and with BATCHES set (e.g. 8,64) decoding there (fused quality under reveal-all,
   # and autoregressive) (~110 s; ~200 s more per batch size). BUILD=ref runs the
-  # binaries of a build of VARIANTS (bench/build-gpu.sh) instead of this one's.
+  # binaries of a build of VARIANTS (bench/build-gpu.sh) instead of this one's;
+  # LABELS="bdxla-gemv bdxla-gemv-attention-all" times the kernels at the batch sizes
+  # where triton=attention declines them (2 to 31).
   local bin=.gpu/bin${BUILD:+/${BUILD//\//_}}
   section "triton=attention: GPU tests of ${BUILD:-this build}"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 "$bin/hlo.test" -test.v \
     -test.run 'TestFusedAttentionMatchesPlain|TestTritonAttention' >"$OUT/tritonattention-tests.log" 2>&1
   echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|triton - plain|Error:|gpu_test.go:[0-9]+: [a-z]' "$OUT/tritonattention-tests.log" | head -30
   local label cfg d
-  for label in bdxla-gemv bdxla-gemv-attention; do
+  for label in ${LABELS:-bdxla-gemv bdxla-gemv-attention}; do
     cfg=$(backend_config "$label")
     section "steps on $label, ${CAPACITY:-528} slots"
     GOMLX_BACKEND=$cfg timeout 90 "$bin/bench" -only steps -steps denoise,fused,ar -iters 20 \
