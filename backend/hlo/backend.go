@@ -188,8 +188,9 @@ func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone
 
 // FusedAttentionOverCache reports whether decoding windows over the cache should ask b
 // for the fused attention (see backend.FusedAttentionOverCache): with option
-// triton=attention, whose kernel is made for them; not with cuDNN's, which was slower
-// there than the plain path (BENCHMARKS.md, run Y).
+// triton=attention or triton=attention-all, whose kernels are made for them (and which
+// decline the shapes they do not take); not with cuDNN's, which was slower there than
+// the plain path (BENCHMARKS.md, run Y).
 func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention != attentionNone }
 
 // String returns "bdxla".

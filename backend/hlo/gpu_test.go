@@ -549,9 +549,10 @@ func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, start
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
 // the backend turns into a bias broadcast over the heads) or a causal mask; as cuDNN's,
 // and with option triton=attention-all, where the windows over more keys run our
-// Triton kernels at every batch size. The tolerance, 1e-2 absolute on outputs within [-1, 1], covers bf16's
-// rounding of the output and of the probabilities before their product with the values
-// (2⁻⁸ each); a dropped bias, or heads grouped the other way, differ by ~0.1 or more.
+// Triton kernels at every batch size. The tolerance, 1e-2 absolute on outputs within
+// [-1, 1], covers bf16's rounding of the output and of the probabilities before their
+// product with the values (2⁻⁸ each); a dropped bias, or heads grouped the other way,
+// differ by ~0.1 or more.
 func TestFusedAttentionMatchesPlain(t *testing.T) {
 	onPlugin, onGo := backends(t)
 	withTriton, err := sharedTritonAttention()
