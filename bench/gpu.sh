@@ -34,7 +34,8 @@
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
-# bench/cupti) and profile. A device call lasts at most 600 s, so the default stops at
+# bench/cupti), profile, and pack (every file under $OUT into one, since a device call
+# brings back at most 8). A device call lasts at most 600 s, so the default stops at
 # two.
 set -u
 cd "$(dirname "$0")/.."
@@ -589,6 +590,17 @@ profile() {
     timeout 150 .gpu/bin/bench -only steps -steps denoise -iters 20 -fp8 weight-only -fp8-decoder bits 2>&1 | grep 'device loop'
   rm -f "$OUT"/xla-fp8/*{before,after_spmd,buffer-assignment,live-range,memory-usage}*
   tar czf "$OUT/xla-fp8.tgz" -C "$OUT" xla-fp8 && rm -rf "$OUT/xla-fp8"
+}
+
+pack() {
+  # Every file under $OUT into $OUT/all.tgz: a device call brings back at most 8 files,
+  # so a call running several sections (or several OUT=$OUT/x invocations) ends with
+  # `OUT=$OUT bash bench/gpu.sh pack`.
+  local files
+  files=$(cd "$OUT" && find . -type f ! -name all.tgz ! -name env.txt)
+  [ -n "$files" ] || return 0
+  (cd "$OUT" && echo "$files" | tar czf all.tgz -T - && echo "$files" | xargs rm -f)
+  echo "packed $(echo "$files" | wc -l) files into $OUT/all.tgz"
 }
 
 for s in "${sections[@]}"; do "$s"; done
