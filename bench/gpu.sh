@@ -402,7 +402,8 @@ trace() {
   # TRACE_LOOP_EXIT=data: the step loops end on data (bench -loop-exit); TRACE_BUILD=REF:
   # the bench of a build of VARIANTS (bench/build-gpu.sh); TRACE_DECODE=NAME: the decoding
   # case the decode step traces (bench -decode; default autoregressive), TRACE_BATCH its
-  # batch size (default 1).
+  # batch size (default 1); TRACE_LABEL: another backend label (backend_config), e.g.
+  # bdxla-gemv-attention-all for our attention kernels at every batch size.
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -425,7 +426,7 @@ trace() {
       opener=input_multiply_reduce_fusion per=2
       [ "${TRACE_DECODE:-autoregressive}" = autoregressive ] || opener=input_add_multiply_reduce_fusion
     fi
-    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config ours) \
+    CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config "${TRACE_LABEL:-ours}") \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
       timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
     sleep 1
