@@ -205,17 +205,16 @@ func TestInSlotsAtBatch2(t *testing.T) {
 	m := randomModel(t, cfg, 3)
 	m.fusesAnywhere = true
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
-	type call struct{ starts, ns, writes [2]int }
 	for _, c := range []struct {
 		capacity, w, block int
-		calls              []call
+		calls              []inSlotsCall
 	}{
-		{32, 8, 4, []call{
+		{32, 8, 4, []inSlotsCall{
 			{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, // row 0: a junk block after its first
 			{[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}, // row 1 commits nothing: slots 8-15 zero again
 			{[2]int{8, 8}, [2]int{8, 8}, [2]int{8, 8}},
 		}},
-		{2048, 1, 1, []call{
+		{2048, 1, 1, []inSlotsCall{
 			{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, // row 1: junk in slot 0, not committed
 			{[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}},
 			{[2]int{2, 1}, [2]int{1, 1}, [2]int{0, 1}}, // row 0 commits nothing
@@ -224,24 +223,36 @@ func TestInSlotsAtBatch2(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("window%d", c.w), func(t *testing.T) {
 			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w))
-			var full [][][]float32
-			for _, seq := range seqs {
-				f, err := m.Logits(seq, c.block)
-				require.NoError(t, err)
-				full = append(full, f)
-			}
-			run := inSlotsRunner(t, m, c.capacity, c.w, c.block)
-			for _, call := range c.calls {
-				rows := run(seqs, call.starts, call.ns, call.writes)
-				for r := range 2 {
-					if call.ns[r] == 0 {
-						continue // junk alone
-					}
-					want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
-					require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "row %d at %d", r, call.starts[r])
-				}
-			}
+			requireInSlotsMatchFull(t, m, seqs, c.capacity, c.w, c.block, c.calls)
 		})
+	}
+}
+
+// inSlotsCall is one forward of inSlotsRunner's: each row r's window at starts[r], its
+// first ns[r] positions real tokens (junk after them), writing writes[r].
+type inSlotsCall struct{ starts, ns, writes [2]int }
+
+// requireInSlotsMatchFull runs calls in order through an inSlotsRunner of windows of w
+// positions over a cache of capacity slots, and requires each row's logits of its real
+// positions within 1e-5 of the full forward of seqs[r] (rows with none are junk alone).
+func requireInSlotsMatchFull(t *testing.T, m *Model, seqs [][]int, capacity, w, block int, calls []inSlotsCall) {
+	t.Helper()
+	var full [][][]float32
+	for _, seq := range seqs {
+		f, err := m.Logits(seq, block)
+		require.NoError(t, err)
+		full = append(full, f)
+	}
+	run := inSlotsRunner(t, m, capacity, w, block)
+	for _, call := range calls {
+		rows := run(seqs, call.starts, call.ns, call.writes)
+		for r := range 2 {
+			if call.ns[r] == 0 {
+				continue // junk alone
+			}
+			want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
+			require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "window %d, row %d at %d", w, r, call.starts[r])
+		}
 	}
 }
 
@@ -315,31 +326,10 @@ func TestFusedAttentionOverCache(t *testing.T) {
 	require.NotNil(t, fusedAttention(q, k, k, compute.AttentionAxesLayoutBHSD, &fusedMasks{mask: visible}, 0.1))
 
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
-	type call struct{ starts, ns, writes [2]int }
-	for _, c := range []struct {
-		capacity, w, block int
-		calls              []call
-	}{
-		{32, 8, 4, []call{{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, {[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}}},
-		{2048, 1, 1, []call{{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, {[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}}}},
-	} {
-		var full [][][]float32
-		for _, seq := range seqs {
-			f, err := m.Logits(seq, c.block)
-			require.NoError(t, err)
-			full = append(full, f)
-		}
-		run := inSlotsRunner(t, m, c.capacity, c.w, c.block)
-		for _, call := range c.calls {
-			rows := run(seqs, call.starts, call.ns, call.writes)
-			for r := range 2 {
-				if call.ns[r] > 0 {
-					want := full[r][call.starts[r] : call.starts[r]+call.ns[r]]
-					require.LessOrEqual(t, maxRelDiff(t, rows[r], want), 1e-5, "window %d, row %d at %d", c.w, r, call.starts[r])
-				}
-			}
-		}
-	}
+	requireInSlotsMatchFull(t, m, seqs, 32, 8, 4, []inSlotsCall{
+		{[2]int{0, 0}, [2]int{4, 8}, [2]int{4, 8}}, {[2]int{4, 8}, [2]int{4, 4}, [2]int{4, 0}}})
+	requireInSlotsMatchFull(t, m, seqs, 2048, 1, 1, []inSlotsCall{
+		{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, {[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}}})
 	requireCachedMatchesFull(t, m, seqs[0], 5, 32, 4)
 	requireCachedMatchesFull(t, m, seqs[0], 3, 32, 1)
 }
