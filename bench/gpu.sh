@@ -473,20 +473,21 @@ decodeab() {
 stepsab() {
   # Batch-1 steps (STEPS, default denoise,fused,ar; 20 per execution) over CAPACITY cache
   # slots (default 528) of this build and of the builds of VARIANTS on ours,
-  # alternating, ROUNDS rounds (default 2): ~35 s per build and round.
+  # alternating, ROUNDS rounds (default 2): ~35 s per build and round. AB_LABEL: another
+  # backend label (backend_config) for stepsab and decodeab.
   alternate "steps over ${CAPACITY:-528} slots" steps_of
 }
 
 steps_of() {
   # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
-  GOMLX_BACKEND=$(backend_config ours) timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
+  GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
     -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
 }
 
 decodes() {
   # decodes BENCH: decoding rows of the bench binary BENCH on ours, as decodeab
   # says (DECODE_TIMEOUT: seconds, default 150).
-  GOMLX_BACKEND=$(backend_config ours) timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
+  GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
     -batches "${BATCHES:-1}" -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
 }
 
