@@ -251,6 +251,9 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	// attended under visible instead of cache and window apart.
 	var keys, values, visible *Node
 	var newCache *layerKV
+	// uncommit, when set, makes the updated cache from keys and values, once the
+	// attention has read them.
+	var uncommit func(keys, values *Node) *layerKV
 	switch {
 	case mask.inSlots != nil && b == 1:
 		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
@@ -260,7 +263,9 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		// attention, then the uncommitted ones subtracted again: k + (-k) is exactly 0.
 		uncommitted := LogicalNot(committed(win, w))
 		keys, values, visible = addToSlots(cache.k, k, win.Start, nil), addToSlots(cache.v, v, win.Start, nil), mask.inSlots
-		newCache = &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
+		uncommit = func(keys, values *Node) *layerKV {
+			return &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
+		}
 	case mask.ownSlot != nil:
 		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
 		newCache = cache
@@ -292,8 +297,21 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		// The fused op in BHSD layout: queries [b, heads, w, d] over the cache's slots.
 		q := TransposeAllAxes(qHeads, 0, 2, 1, 3)
 		if out := fusedAttention(q, keys, values, compute.AttentionAxesLayoutBHSD, mask.overCache, scale); out != nil {
+			if uncommit != nil && orders(qkv.Graph()) {
+				// The removal writes the cache in place: unless it comes after the
+				// fused op's read, XLA copies the cache twice a layer to keep the
+				// keys that op reads (2 × 2.6 µs a layer at batch 8, run CE).
+				ordered := OptimizationBarriers(out, keys, values)
+				out, keys, values = ordered[0], ordered[1], ordered[2]
+			}
+			if uncommit != nil {
+				newCache = uncommit(keys, values)
+			}
 			return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, w, heads*d), newCache
 		}
+	}
+	if uncommit != nil {
+		newCache = uncommit(keys, values)
 	}
 	if keys != nil {
 		// One score and one value product over the cache [b, kvHeads, s, d] holding the
@@ -329,6 +347,12 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	}
 	// [b, kvHeads, w, group, d] → [b, w, heads·d]
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
+}
+
+// orders reports whether g's backend has optimization barriers, which order the
+// operations around them.
+func orders(g *Graph) bool {
+	return g.Backend().Capabilities().Operations[compute.OpTypeOptimizationBarrier]
 }
 
 // inSlots reports whether a window of w positions over the cache of b rows that writes
