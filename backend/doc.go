@@ -4,8 +4,8 @@
 // backend (package backend/hlo,
 // "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention": its Triton GEMVs run
 // 1-row dense products of the larger weights, autoregressive decoding 7 % faster at
-// batch 1; its Triton attention runs windows over the cache at batch 1 (the AR step
-// 8-9 % faster, the fused step 4-8 %) and at batches of 32 and more; the rest is as
+// batch 1; its Triton attention runs windows over the cache at every batch size (at
+// batch 1 the AR step 8-9 % faster, the fused step 4-8 %); the rest is as
 // fast as go-xla's backend; see BENCHMARKS.md),
 // otherwise GoMLX's pure-Go backend. The order of precedence is:
 //

@@ -24,7 +24,8 @@
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
-# and stepsab (batch-1 decoding and steps of builds of VARIANTS),
+# and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
+# on backend labels),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
@@ -93,10 +94,11 @@ hlodecoder() {
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
-# ours bare (bdxla), with triton=gemv, triton=gemv-all, triton=gemv,triton=attention or
-# triton=gemv,triton=attention-all (our attention kernels at every batch size), each
-# preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
-# triton=gemv alone).
+# ours bare (bdxla), with triton=gemv, triton=gemv-all or triton=gemv,triton=attention,
+# each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
+# triton=gemv alone; runs BZ-CG: triton=attention ran our attention kernels at batch 1
+# and from batch 32 only, and bdxla-gemv-attention-all, triton=attention-all, at every
+# batch, as triton=attention does now).
 backend_config() {
   case $1 in
     xla) echo "$XLA_BF16" ;;
@@ -104,7 +106,6 @@ backend_config() {
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
-    bdxla-gemv-attention-all) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention-all" ;;
     ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
   esac
 }
@@ -292,9 +293,8 @@ tritonattention() {
   # batch-1 steps over CAPACITY (default 528) slots on bdxla-gemv without and with it,
   # and with BATCHES set (e.g. 8,64) decoding there (fused quality under reveal-all,
   # and autoregressive) (~110 s; ~200 s more per batch size). BUILD=ref runs the
-  # binaries of a build of VARIANTS (bench/build-gpu.sh) instead of this one's;
-  # LABELS="bdxla-gemv bdxla-gemv-attention-all" times the kernels at the batch sizes
-  # where triton=attention declines them (2 to 31).
+  # binaries of a build of VARIANTS (bench/build-gpu.sh) instead of this one's; LABELS:
+  # other backend labels.
   local bin=.gpu/bin${BUILD:+/${BUILD//\//_}}
   section "triton=attention: GPU tests of ${BUILD:-this build}"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 "$bin/hlo.test" -test.v \
@@ -403,7 +403,7 @@ trace() {
   # the bench of a build of VARIANTS (bench/build-gpu.sh); TRACE_DECODE=NAME: the decoding
   # case the decode step traces (bench -decode; default autoregressive), TRACE_BATCH its
   # batch size (default 1); TRACE_LABEL: another backend label (backend_config), e.g.
-  # bdxla-gemv-attention-all for our attention kernels at every batch size.
+  # bdxla-gemv for the plain attention.
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -468,6 +468,19 @@ decodeab() {
   # (bench -decode, e.g. autoregressive; default all: ~80 s per build and round at
   # batch 1).
   alternate "decoding at batch ${BATCHES:-1}" decodes
+}
+
+decodelabels() {
+  # Decoding at BATCHES of this build on each backend label of LABELS (default
+  # bdxla-gemv and ours: the plain attention against our kernels),
+  # alternating, ROUNDS rounds (default 2); DECODE as decodeab.
+  local round label
+  for round in $(seq "${ROUNDS:-2}"); do
+    for label in ${LABELS:-bdxla-gemv ours}; do
+      section "decoding at batch ${BATCHES:-1} on $label, round $round"
+      AB_LABEL=$label decodes .gpu/bin/bench
+    done
+  done
 }
 
 stepsab() {

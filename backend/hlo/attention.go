@@ -121,7 +121,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		out, err := f.attentionByTriton(vs, a)
 		return out, nil, err
 	}
-	if f.builder.backend.tritonAttention != attentionNone && shape.s > shape.t {
+	if f.builder.backend.tritonAttention && shape.s > shape.t {
 		// A window over more keys that the kernel does not take: the plain path, not
 		// cuDNN's, which was slower there (BENCHMARKS.md, run Y).
 		return nil, nil, fmt.Errorf("hlo: %s: %d queries over %d keys outside our Triton kernel's shapes: %w",
@@ -310,40 +310,20 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 // shape s over the operands vs (q, k, v and any bias, checked), and whether the backend
 // runs it there: with option triton=attention, for bfloat16 BHSD operands with a bias
 // of the batch's rows, no causal mask, more keys than queries (a window over its
-// cache), the sizes triton.CheckAttention accepts (up to 64 query rows per key/value
-// head), and with triton=attention batch 1 or batches that make
-// minBatchedAttentionPrograms programs.
+// cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
+// key/value head), at every batch size: with the cache's in-place writes ordered
+// after the kernel's read (model's attention), the kernels measured faster than the
+// plain path at batches 1, 8, 16, 32 and 64 on the H200 (BENCHMARKS.md, runs CF-CG).
 func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxesLayout, vs []*stablehlo.Value,
 	causal bool, scale float64) (triton.Attention, bool) {
-	policy := f.builder.backend.tritonAttention
-	if policy == attentionNone || len(vs) != 4 || layout != compute.AttentionAxesLayoutBHSD || causal ||
+	if !f.builder.backend.tritonAttention || len(vs) != 4 || layout != compute.AttentionAxesLayoutBHSD || causal ||
 		vs[0].Shape().DType != dtypes.BFloat16 || s.s <= s.t || vs[3].Shape().Dimensions[0] != s.b {
 		return triton.Attention{}, false
 	}
 	a := triton.Attention{B: s.b, Heads: s.heads, KVHeads: s.kvHeads, T: s.t, S: s.s, D: s.d,
 		BiasHeads: vs[3].Shape().Dimensions[1], Scale: scale}
-	gains := s.b == 1 || s.b*s.kvHeads >= minBatchedAttentionPrograms
-	return a, (gains || policy == attentionAll) && triton.CheckAttention(a) == nil
+	return a, triton.CheckAttention(a) == nil
 }
-
-// attentionPolicy is which attentions our Triton kernels run (option "triton").
-type attentionPolicy int
-
-const (
-	attentionNone        attentionPolicy = iota // none: cuDNN's, or the plain path
-	attentionWhereFaster                        // "triton=attention": those that gain (tritonAttention)
-	attentionAll                                // "triton=attention-all": every one the kernels take
-)
-
-// minBatchedAttentionPrograms is the fewest programs that the batch's rows and
-// key/value heads alone must make for our Triton attention to run at batches over 1.
-// At batch 1 it replaces a chain of small kernels and gains (the AR step 8 % faster in
-// run CD). At larger batches the plain products read the cache at about the copy
-// bandwidth, and the kernel pays only where its programs walk long loops over the keys
-// in few splits: on the H200 with 2 key/value heads, decoding windows of 8 at batch
-// 64 (128 such programs) got 8-12 % faster, at batch 8 (16) 6-7 % slower, split 14
-// ways (runs BZ and CD in BENCHMARKS.md). Batches 16 and 32 were not measured.
-const minBatchedAttentionPrograms = 64
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
 // Triton kernels (triton.AttentionOutput).

@@ -41,9 +41,9 @@ type Backend struct {
 	device     *pjrt.Device // the device every buffer and execution uses
 	noTF32     bool         // float32 dot products at full precision (option "notf32")
 	tritonGEMV gemvPolicy   // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
-	// tritonAttention is which fused attentions of short windows over more keys run as
-	// our Triton kernels (option "triton", attention.go).
-	tritonAttention attentionPolicy
+	// tritonAttention runs the fused attentions of short windows over more keys as our
+	// Triton kernels (option "triton=attention", attention.go).
+	tritonAttention bool
 	finalized       bool
 }
 
@@ -62,16 +62,12 @@ var _ compute.Backend = (*Backend)(nil)
 //     can compute (for tests and measurements);
 //   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
 //     query rows per key/value head over more keys (a decoding window over its cache)
-//     as our own Triton kernels (triton.AttentionOutput) where they measured faster
-//     than the plain path on the H200 (batch 1, and batches of 32 and more with 2
-//     key/value heads: see minBatchedAttentionPrograms), declining the others rather
-//     than use cuDNN's, and makes the model ask for it
-//     ([Backend.FusedAttentionOverCache]): at batch 1 the AR step 8-9 % faster, the
-//     fused step 4-8 %, at batch 64 decoding windows of 8 8-12 % faster (BENCHMARKS.md,
-//     runs BZ-CD). It combines with the GEMV options:
-//     "triton=gemv,triton=attention";
-//   - "triton=attention-all", which runs every such attention the kernels can compute
-//     as them (for tests and measurements).
+//     as our own Triton kernels (triton.AttentionOutput), declining the shapes they do
+//     not take rather than use cuDNN's, and makes the model ask for it
+//     ([Backend.FusedAttentionOverCache]): on the H200 at batch 1 the AR step 8-9 %
+//     faster, the fused step 4-8 %, and decoding windows of 8 2-7 % faster at batches 8
+//     to 32 (BENCHMARKS.md, runs BZ-CG). It combines with the GEMV options:
+//     "triton=gemv,triton=attention".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -125,7 +121,7 @@ type options struct {
 	client          pjrt.NamedValuesMap // the client's (preallocate), nil if none
 	noTF32          bool                // "notf32"
 	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
-	tritonAttention attentionPolicy     // "triton=attention" or "triton=attention-all"
+	tritonAttention bool                // "triton=attention"
 }
 
 // apply sets the options that change how b builds programs.
@@ -160,14 +156,12 @@ func parseOptions(list string) (options, error) {
 			case "gemv-all":
 				o.tritonGEMV = gemvAll
 			case "attention":
-				o.tritonAttention = attentionWhereFaster
-			case "attention-all":
-				o.tritonAttention = attentionAll
+				o.tritonAttention = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=attention-all)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=attention-all)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention)", option)
 		}
 	}
 	return o, nil
@@ -188,10 +182,10 @@ func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone
 
 // FusedAttentionOverCache reports whether decoding windows over the cache should ask b
 // for the fused attention (see backend.FusedAttentionOverCache): with option
-// triton=attention or triton=attention-all, whose kernels are made for them (and which
-// decline the shapes they do not take); not with cuDNN's, which was slower there than
-// the plain path (BENCHMARKS.md, run Y).
-func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention != attentionNone }
+// triton=attention, whose kernels are made for them (and which decline the shapes they
+// do not take); not with cuDNN's, which was slower there than the plain path
+// (BENCHMARKS.md, run Y).
+func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
 
 // String returns "bdxla".
 func (b *Backend) String() string { return BackendName }

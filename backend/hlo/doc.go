@@ -19,9 +19,8 @@
 // H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
 // product of 1 to 8 rows the kernel can compute), and "triton=attention", which runs
 // the attention of bfloat16 decoding windows over their cache as our own split-key
-// Triton kernel and a second one that combines its splits, at batch 1 and at batches
-// of 32 and more, where they measured faster ("triton=attention-all": at every batch
-// size). For example:
+// Triton kernel and a second one that combines its splits, at every batch size. For
+// example:
 //
 //	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention"
 //

@@ -437,7 +437,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
-// The bf16 fixture models with triton=attention-all give the plain backend's logits on
+// The bf16 fixture models with triton=attention give the plain backend's logits on
 // windows over their cache in their slots, which run our Triton kernels: at batch 1, a
 // session's commits of 4 (in place) and of 1 token (in its own slot); at batch 2,
 // windows of 8 at different starts committing different lengths, then one-token
@@ -548,7 +548,7 @@ func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, start
 // (a window of 1, 4 or 8 queries over its cache), grouped key/value heads, an additive
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
 // the backend turns into a bias broadcast over the heads) or a causal mask; as cuDNN's,
-// and with option triton=attention-all, where the windows over more keys run our
+// and with option triton=attention, where the windows over more keys run our
 // Triton kernels at every batch size. The tolerance, 1e-2 absolute on outputs within
 // [-1, 1], covers bf16's rounding of the output and of the probabilities before their
 // product with the values (2⁻⁸ each); a dropped bias, or heads grouped the other way,
@@ -570,7 +570,7 @@ var sharedTritonAttention = sync.OnceValues(func() (*hlo.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention-all")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention")
 })
 
 // fusedAttentionMatchesPlain is TestFusedAttentionMatchesPlain on onPlugin.
