@@ -297,14 +297,14 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 		// The fused op in BHSD layout: queries [b, heads, w, d] over the cache's slots.
 		q := TransposeAllAxes(qHeads, 0, 2, 1, 3)
 		if out := fusedAttention(q, keys, values, compute.AttentionAxesLayoutBHSD, mask.overCache, scale); out != nil {
-			if uncommit != nil && orders(qkv.Graph()) {
-				// The removal writes the cache in place: unless it comes after the
-				// fused op's read, XLA copies the cache twice a layer to keep the
-				// keys that op reads (2 × 2.6 µs a layer at batch 8, run CE).
-				ordered := OptimizationBarriers(out, keys, values)
-				out, keys, values = ordered[0], ordered[1], ordered[2]
-			}
 			if uncommit != nil {
+				if orders(qkv.Graph()) {
+					// The removal writes the cache in place: unless it comes after the
+					// fused op's read, XLA copies the cache twice a layer to keep the
+					// keys that op reads (2 × 2.6 µs a layer at batch 8, run CE).
+					ordered := OptimizationBarriers(out, keys, values)
+					out, keys, values = ordered[0], ordered[1], ordered[2]
+				}
 				newCache = uncommit(keys, values)
 			}
 			return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, w, heads*d), newCache
