@@ -49,7 +49,7 @@ func (m *Model) NewCache(batch, capacity int) (*Cache, error) {
 	}
 	shape := m.CacheShape(batch, capacity)
 	// Zeros are made on the device: a host-side zero tensor would be copied over.
-	ts, err := ExecOnceN(m.backend, func(g *Graph) []*Node {
+	ts, err := CallOnceN(m.backend, func(g *Graph) []*Node {
 		out := make([]*Node, 2*m.Config.NumLayers)
 		for i := range out {
 			out[i] = Zeros(g, shape)

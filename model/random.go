@@ -106,7 +106,7 @@ func (r *randomGenerator) normal(dims ...int) (*tensors.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return exec.Exec1(state)
+	return exec.Call1(state)
 }
 
 func (r *randomGenerator) ones(n int) *tensors.Tensor {

@@ -62,7 +62,7 @@ func BenchmarkLinearApply(b *testing.B) {
 					args = append(args, p)
 				}
 				run := func() {
-					out, err := exec.Exec(args...)
+					out, err := exec.Call(args...)
 					require.NoError(b, err)
 					_ = out[0].Value()
 					out[0].MustFinalizeAll()

@@ -17,7 +17,7 @@ import (
 // encodeInGraph runs EncodeE4M3Node over a tensor and returns the bytes.
 func encodeInGraph(t *testing.T, x *tensors.Tensor, saturate bool) []uint8 {
 	t.Helper()
-	out, err := graph.ExecOnce(testBackend(t), func(x *graph.Node) *graph.Node {
+	out, err := graph.CallOnce(testBackend(t), func(x *graph.Node) *graph.Node {
 		return EncodeE4M3Node(x, saturate)
 	}, x)
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestQuantizeDequantizeE4M3Node(t *testing.T) {
 		src[i] = float32(rng.NormFloat64() * 3)
 	}
 	const scale = float32(0.0173)
-	out, err := graph.ExecOnce(testBackend(t), func(x, s *graph.Node) *graph.Node {
+	out, err := graph.CallOnce(testBackend(t), func(x, s *graph.Node) *graph.Node {
 		return quantizeDequantizeE4M3Node(x, s, dtypes.Float32)
 	}, tensors.FromFlatDataAndDimensions(src, 64, 64), tensors.FromValue(scale))
 	require.NoError(t, err)

@@ -132,7 +132,7 @@ func TestDecodeE4M3NodeFixture(t *testing.T) {
 	for _, dec := range decoders {
 		for _, dtype := range decodeDTypes {
 			t.Run(fmt.Sprintf("%s/%s", dec.name, dtype), func(t *testing.T) {
-				out, err := graph.ExecOnce(backend, func(x *graph.Node) *graph.Node {
+				out, err := graph.CallOnce(backend, func(x *graph.Node) *graph.Node {
 					return dec.decode(x, dtype, nil)
 				}, allBytes())
 				require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestDecodeE4M3NodeEncodedRows(t *testing.T) {
 		encoded := make([]uint8, len(src))
 		EncodeE4M3Slice(encoded, src, 1, saturate)
 		for _, dec := range decoders {
-			out, err := graph.ExecOnce(backend, func(x *graph.Node) *graph.Node {
+			out, err := graph.CallOnce(backend, func(x *graph.Node) *graph.Node {
 				return dec.decode(x, dtypes.Float32, nil)
 			}, tensors.FromFlatDataAndDimensions(encoded, len(encoded)))
 			require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestDecodeE4M3NodeScale(t *testing.T) {
 		for _, dtype := range decodeDTypes {
 			for _, tc := range cases {
 				t.Run(fmt.Sprintf("%s/%s/%s", dec.name, dtype, tc.name), func(t *testing.T) {
-					out, err := graph.ExecOnce(backend, func(x, scale *graph.Node) *graph.Node {
+					out, err := graph.CallOnce(backend, func(x, scale *graph.Node) *graph.Node {
 						return dec.decode(x, dtype, scale)
 					}, allBytes(), tc.scale)
 					require.NoError(t, err)
@@ -244,7 +244,7 @@ func TestDecodeE4M3NodeScale(t *testing.T) {
 func TestDecodeE4M3NodeScaleDType(t *testing.T) {
 	backend := testBackend(t)
 	scale := bfloat16.FromFloat32(0.3)
-	out, err := graph.ExecOnce(backend, func(x, s *graph.Node) *graph.Node {
+	out, err := graph.CallOnce(backend, func(x, s *graph.Node) *graph.Node {
 		return DecodeE4M3Node(x, dtypes.BFloat16, s)
 	}, allBytes(), tensors.FromValue(scale))
 	require.NoError(t, err)
@@ -302,7 +302,7 @@ func BenchmarkDecodeE4M3Node(b *testing.B) {
 					require.NoError(b, err)
 					defer exec.Finalize()
 					run := func() {
-						out, err := exec.Exec(x, scale)
+						out, err := exec.Call(x, scale)
 						require.NoError(b, err)
 						_ = out[0].Value()
 						out[0].MustFinalizeAll()
@@ -393,7 +393,7 @@ func BenchmarkDecodeE4M3NodeMatmul(b *testing.B) {
 			require.NoError(b, err)
 			defer exec.Finalize()
 			run := func() {
-				out, err := exec.Exec(x, v.weights, scale)
+				out, err := exec.Call(x, v.weights, scale)
 				require.NoError(b, err)
 				_ = out[0].Value()
 				out[0].MustFinalizeAll()

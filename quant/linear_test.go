@@ -85,7 +85,7 @@ func TestFP8LinearApply(t *testing.T) {
 					for _, p := range l.Params() {
 						args = append(args, p)
 					}
-					result, err := graph.ExecOnce(testBackend(t), func(in []*graph.Node) *graph.Node {
+					result, err := graph.CallOnce(testBackend(t), func(in []*graph.Node) *graph.Node {
 						return graph.ConvertDType(l.Apply(graph.ConvertDType(in[0], dtype), in[1:]), dtypes.Float32)
 					}, args...)
 					require.NoError(t, err)

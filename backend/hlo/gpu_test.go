@@ -738,7 +738,7 @@ func BenchmarkCuDNNPrefillAttention(b *testing.B) {
 				inputs := []any{randomBF16(rng, []int{1, s, heads, d}, 1), randomBF16(rng, []int{1, s, kvHeads, d}, 1),
 					randomBF16(rng, []int{1, s, kvHeads, d}, 1), tensors.FromFlatDataAndDimensions(mask, n, n)}
 				run := func() {
-					out, err := exec.Exec(inputs...)
+					out, err := exec.Call(inputs...)
 					require.NoError(b, err)
 					_, err = out[0].ValueSafe()
 					require.NoError(b, err)

@@ -192,7 +192,7 @@ func TestExecuteFailsWhenBuildOnly(t *testing.T) {
 	b := hlo.NewBuildOnly()
 	exec, err := NewExec(b, func(x *Node) *Node { return Neg(x) })
 	require.NoError(t, err)
-	err = exceptions.TryCatch[error](func() { exec.MustExec([]float32{1, 2}) })
+	err = exceptions.TryCatch[error](func() { exec.MustCall([]float32{1, 2}) })
 	require.ErrorIs(t, err, hlo.ErrBuildOnly)
 }
 
