@@ -94,8 +94,8 @@ hlodecoder() {
 }
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
-# ours bare (bdxla), with triton=gemv, triton=gemv-all or triton=gemv,triton=attention,
-# each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
+# ours bare (bdxla), with triton=gemv, triton=gemv-all, triton=gemv,triton=attention or
+# that and triton=norm (the norms folded into our 1-row GEMVs), each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
 # triton=gemv alone; runs BZ-CG: triton=attention ran our attention kernels at batch 1
 # and from batch 32 only, and bdxla-gemv-attention-all, triton=attention-all, at every
 # batch, as triton=attention does now).
@@ -106,6 +106,7 @@ backend_config() {
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
+    bdxla-gemv-attention-norm) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=norm" ;;
     ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
   esac
 }

@@ -44,7 +44,10 @@ type Backend struct {
 	// tritonAttention runs the fused attentions of short windows over more keys as our
 	// Triton kernels (option "triton=attention", attention.go).
 	tritonAttention bool
-	finalized       bool
+	// tritonNorm folds the RMSNorm before a dense layer of one row into our Triton GEMV
+	// (option "triton=norm", norm.go).
+	tritonNorm bool
+	finalized  bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -67,7 +70,11 @@ var _ compute.Backend = (*Backend)(nil)
 //     ([Backend.FusedAttentionOverCache]): on the H200 at batch 1 the AR step 8-9 %
 //     faster, the fused step 4-8 %, and decoding windows of 8 2-7 % faster at batches 8
 //     to 32 (BENCHMARKS.md, runs BZ-CG). It combines with the GEMV options:
-//     "triton=gemv,triton=attention".
+//     "triton=gemv,triton=attention";
+//   - "triton=norm", which folds the RMSNorm before a dense layer of one row (model's
+//     normed layers at the AR step, batch 1) into our Triton GEMV
+//     (triton.GEMVNormTTIR): the norm's reduction and its product by the weight then
+//     need no kernel of their own. Not yet measured on a GPU (BENCHMARKS.md).
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -122,11 +129,12 @@ type options struct {
 	noTF32          bool                // "notf32"
 	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
 	tritonAttention bool                // "triton=attention"
+	tritonNorm      bool                // "triton=norm"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention = o.noTF32, o.tritonGEMV, o.tritonAttention
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonNorm = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonNorm
 }
 
 // parseOptions reads the options of a configuration, comma-separated.
@@ -157,11 +165,13 @@ func parseOptions(list string) (options, error) {
 				o.tritonGEMV = gemvAll
 			case "attention":
 				o.tritonAttention = true
+			case "norm":
+				o.tritonNorm = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=norm)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=norm)", option)
 		}
 	}
 	return o, nil

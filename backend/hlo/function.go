@@ -41,9 +41,10 @@ var _ compute.Function = (*Function)(nil)
 // value is a compute.Value of this backend: a StableHLO value and the function that
 // made it.
 type value struct {
-	fn    *Function
-	v     *stablehlo.Value
-	shape shapes.Shape
+	fn     *Function
+	v      *stablehlo.Value
+	shape  shapes.Shape
+	origin *origin // how it was made, where normedProduct may need it (norm.go)
 }
 
 // notImplemented is the error of every operation the package leaves out.
@@ -199,7 +200,12 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
-	return f.wrap(v), nil
+	out := f.wrap(v)
+	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.tritonNorm {
+		scalar := float64(x[0])
+		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
+	}
+	return out, nil
 }
 
 // scalar adds a constant scalar x of dtype.

@@ -437,6 +437,42 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
+// The bf16 fixture models with triton=norm give the plain backend's logits on the
+// one-row windows whose norms it folds into our GEMV (the AR step: a session's steps
+// and commits of one token), within TestTritonGEMVModelsMatch's tolerance: the kernel
+// rounds x·weight to bf16 as the graph does and sums x² in another order.
+func TestTritonNormModelsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	withNorm, err := sharedTritonNorm()
+	require.NoError(t, err)
+	tokens := testTokens
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			worst := requireBF16WindowsMatch(t, withNorm, plain, dir,
+				[]string{"step of 1", "commit of 1", "step of 1 after it"},
+				func(m *model.Model, add func([][]float32, error)) {
+					s, err := m.NewSession(32, 1)
+					require.NoError(t, err)
+					defer s.Close()
+					_, err = s.Prefill(tokens[:4])
+					require.NoError(t, err)
+					add(s.Step(tokens[4:5]))
+					add(s.Commit(tokens[4:5]))
+					add(s.Step(tokens[5:6]))
+				})
+			t.Logf("max |norm folded - plain| / max |plain| over the logits: %.2g", worst)
+		})
+	}
+}
+
+var sharedTritonNorm = sync.OnceValues(func() (*hlo.Backend, error) {
+	b, err := sharedBackends()
+	if err != nil {
+		return nil, err
+	}
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv,triton=norm")
+})
+
 // The bf16 fixture models with triton=attention give the plain backend's logits on
 // windows over their cache in their slots, which run our Triton kernels: at batch 1, a
 // session's commits of 4 (in place) and of 1 token (in its own slot); at batch 2,

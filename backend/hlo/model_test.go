@@ -86,8 +86,8 @@ func TestModelProgramsBuild(t *testing.T) {
 func TestTritonGEMVInModels(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			plain, _ := window4Text(t, hlo.NewBuildOnly(), dir, 1)
-			lowered, _ := window4Text(t, tritonOnly(t), dir, 1)
+			plain, _ := windowText(t, hlo.NewBuildOnly(), dir, 1, 4)
+			lowered, _ := windowText(t, tritonOnly(t), dir, 1, 4)
 			require.Empty(t, tritonCalls(plain))
 			dense, batched := denseDots(plain)
 			require.Positive(t, dense)
@@ -116,7 +116,7 @@ func TestTritonAttentionInModels(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			for _, batch := range []int{1, 2} {
-				text, layers := window4Text(t, b, dir, batch)
+				text, layers := windowText(t, b, dir, batch, 4)
 				calls := tritonCalls(text)
 				require.Len(t, calls, 2*layers)
 				for i, c := range calls {
@@ -130,22 +130,55 @@ func TestTritonAttentionInModels(t *testing.T) {
 	}
 }
 
-// window4Text is the StableHLO, built on b, of the bf16 fixture model of dir's forward
-// of a window of 4 positions at batch rows over a cache of 32 slots that writes all
-// four (a commit), and the model's number of layers.
-func window4Text(t *testing.T, b *hlo.Backend, dir string, batch int) (text string, layers int) {
+// With triton=norm, a bf16 fixture model's AR step (one token at batch 1) runs each
+// normed dense layer as our GEMV with the norm folded in: qkv and gate/up in every
+// layer, and the head where the model scales none of its logits (not MiniCPM's
+// dim_model_base). A window of 4 rows keeps the plain products.
+func TestTritonNormInModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=norm")
+	require.NoError(t, err)
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+			require.NoError(t, err)
+			cfg := m.Config
+			require.NoError(t, m.Close())
+			want := 2 * cfg.NumLayers
+			if cfg.Architecture != model.ArchMiniCPM || cfg.DimModelBase == float64(cfg.HiddenSize) {
+				want++
+			}
+			normed := func(text string) (n int) {
+				for _, c := range tritonCalls(text) {
+					if strings.Contains(c, "tt.func public @gemm_norm(") {
+						n++
+					}
+				}
+				return n
+			}
+			text, _ := windowText(t, b, dir, 1, 1)
+			require.Equal(t, want, normed(text))
+			text, _ = windowText(t, b, dir, 1, 4)
+			require.Zero(t, normed(text))
+		})
+	}
+}
+
+// windowText is the StableHLO, built on b, of the bf16 fixture model of dir's forward
+// of a window of width positions at batch rows over a cache of 32 slots that writes
+// them all (a commit), and the model's number of layers.
+func windowText(t *testing.T, b *hlo.Backend, dir string, batch, width int) (text string, layers int) {
 	t.Helper()
 	m, err := model.Load(b, dir, model.LoadOptions{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
 	require.Equal(t, dtypes.BFloat16, m.DType)
-	inputs := []shapes.Shape{i32(batch, 4), i32(batch)}
+	inputs := []shapes.Shape{i32(batch, width), i32(batch)}
 	for range 2 * m.Config.NumLayers {
 		inputs = append(inputs, m.CacheShape(batch, 32))
 	}
-	text = programText(t, m, fmt.Sprintf("window4/%d", batch), inputs, func(w *model.Weights, in []*Node) []*Node {
+	text = programText(t, m, fmt.Sprintf("window/%d/%d", batch, width), inputs, func(w *model.Weights, in []*Node) []*Node {
 		win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
-			WriteLen: AddScalar(ZerosLike(in[1]), 4)}
+			WriteLen: AddScalar(ZerosLike(in[1]), float64(width))}
 		out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
 		return append([]*Node{out}, cache.Nodes()...)
 	})

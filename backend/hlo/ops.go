@@ -50,7 +50,11 @@ func (f *Function) unary(op compute.OpType, apply func(*stablehlo.Value) (*stabl
 		return nil, opError(op, err)
 	}
 	v, err := apply(vs[0])
-	return f.result(op, v, err)
+	out, err := f.result(op, v, err)
+	if err == nil {
+		f.record(out, op, x)
+	}
+	return out, err
 }
 
 // binary applies a two-operand StableHLO op after broadcasting both to the output shape.
@@ -63,9 +67,13 @@ func (f *Function) binary(op compute.OpType, apply func(lhs, rhs *stablehlo.Valu
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	return f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
+	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return apply(b[0], b[1])
 	})
+	if err == nil {
+		f.record(v, op, lhs, rhs)
+	}
+	return v, err
 }
 
 // broadcastApply broadcasts vs to dims and applies apply to them.
@@ -243,6 +251,9 @@ func (f *Function) Sub(lhs, rhs compute.Value) (compute.Value, error) {
 
 // Mul implements compute.StandardOps.
 func (f *Function) Mul(lhs, rhs compute.Value) (compute.Value, error) {
+	if v, ok, err := f.normedProduct(lhs, rhs); ok {
+		return v, err
+	}
 	return f.binary(compute.OpTypeMul, stablehlo.Multiply, lhs, rhs)
 }
 

@@ -122,7 +122,14 @@ func (f *Function) reduce(op compute.OpType, x compute.Value, axes []int) (compu
 		return nil, opError(op, err)
 	}
 	v, err := stablehlo.Reduce(vs[0], init, c, axes...)
-	return f.result(op, v, err)
+	out, err := f.result(op, v, err)
+	if err == nil {
+		f.record(out, op, x)
+		if o := out.(*value).origin; o != nil {
+			o.axes = axes
+		}
+	}
+	return out, err
 }
 
 // ReduceSum implements compute.StandardOps.
@@ -338,6 +345,18 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	if err != nil {
 		return nil, opError(op, err)
 	}
+	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if err == nil {
+		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	}
+	return out, err
+}
+
+// dotGeneral is DotGeneral of the operands vs: our Triton GEMV where tritonGEMV lowers
+// it, else stablehlo.dot_general.
+func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (compute.Value, error) {
+	op := compute.OpTypeDotGeneral
 	if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes, config); ok {
 		return f.result(op, v, err)
 	}

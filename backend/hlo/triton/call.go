@@ -54,6 +54,28 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 	return ys[0], nil
 }
 
+// GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
+// times wᵀ, times the row's 1/rms) to x's function, for x [1, k] float32, g [k] and w
+// [n, k] bfloat16: one program per t.BN rows of w.
+func GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, error) {
+	xs, gs, ws := x.Shape(), g.Shape(), w.Shape()
+	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.Float32 || ws.Rank() != 2 ||
+		ws.DType != dtypes.BFloat16 || !gs.Equal(shapes.Make(dtypes.BFloat16, xs.Dimensions[1])) ||
+		xs.Dimensions[1] != ws.Dimensions[1] {
+		return nil, fmt.Errorf("triton: GEMV with a norm of x %s, g %s and w %s: want x [1, k] float32, g [k] and w [n, k] bfloat16", xs, gs, ws)
+	}
+	n, k := ws.Dimensions[0], ws.Dimensions[1]
+	ir, err := GEMVNormTTIR(n, k, t, norm)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := Call("gemm_norm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
+	if err != nil {
+		return nil, err
+	}
+	return ys[0], nil
+}
+
 // AttentionOutput appends our attention of a to q's function for q, k, v and bias as a
 // describes them and lens [B] int32 (keys read per batch row), and returns its output
 // [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split partial results

@@ -40,3 +40,43 @@ func TestGEMVCall(t *testing.T) {
 	require.Contains(t, program, "num_warps = 4 : i32")
 	require.Contains(t, program, "-> tensor<3x40xf32>")
 }
+
+// GEMVNorm checks its operands and emits one custom call of XLA's Triton target whose
+// kernel folds the norm: x·g rounded to bf16 in the loop, its 1/rms from the exact bits
+// of the graph's constants.
+func TestGEMVNormCall(t *testing.T) {
+	b := stablehlo.New("gemv_norm")
+	fn := b.Main()
+	x, err := fn.NamedInput("x", shapes.Make(dtypes.Float32, 1, 256))
+	require.NoError(t, err)
+	g, err := fn.NamedInput("g", shapes.Make(dtypes.BFloat16, 256))
+	require.NoError(t, err)
+	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
+	require.NoError(t, err)
+	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
+	_, err = GEMVNorm(w, g, w, tile, norm)
+	require.ErrorContains(t, err, "want x [1, k] float32")
+	_, err = GEMVNorm(x, x, w, tile, norm)
+	require.ErrorContains(t, err, "want x [1, k] float32")
+	_, err = GEMVNorm(x, g, w, Tile{BN: 16, BK: 128, Stages: 2}, norm)
+	require.ErrorContains(t, err, "does not divide")
+	y, err := GEMVNorm(x, g, w, tile, norm)
+	require.NoError(t, err)
+	require.NoError(t, fn.Return(y))
+	text, err := b.Build()
+	require.NoError(t, err)
+	program := string(text)
+	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
+	require.Contains(t, program, "grid_x = 5 : i32")
+	require.Contains(t, program, "-> tensor<1x40xf32>")
+
+	ir, err := GEMVNormTTIR(40, 256, tile, norm)
+	require.NoError(t, err)
+	require.Contains(t, ir, "arith.constant 0x3B800000 : f32") // 1/256
+	require.Contains(t, ir, "arith.constant 0x3727C5AC : f32") // float32(1e-5)
+	require.Contains(t, ir, "math.rsqrt")
+	require.Contains(t, ir, "{tt.num_stages = 2 : i32}")
+	require.Equal(t, 2, strings.Count(ir, "arith.truncf"), "x rounded, then x·g rounded")
+	_, err = GEMVNormTTIR(40, 256, Tile{BN: 8, BK: 128, Stages: 1, Dot: true}, norm)
+	require.ErrorContains(t, err, "only 1-row tiles")
+}

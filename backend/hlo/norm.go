@@ -1,0 +1,205 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"slices"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapeinference"
+	"github.com/gomlx/go-xla/stablehlo"
+	xshapes "github.com/gomlx/go-xla/types/shapes"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
+)
+
+// origin is how a value was made, kept for normedProduct's recognition of a dense
+// layer after an RMSNorm: the operation and its operands (unary and binary
+// operations, reductions with their axes), a constant scalar's value, or, for a dense
+// product's output, its input and weight.
+type origin struct {
+	op     compute.OpType
+	args   []*value
+	axes   []int    // a reduction's
+	scalar *float64 // a float32 constant scalar's
+	x, w   *value   // a dense product's (denseProduct)
+}
+
+// record notes, with option triton=norm, that out was made by op from args.
+func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.Value) {
+	v, ok := out.(*value)
+	if !f.builder.backend.tritonNorm || !ok {
+		return
+	}
+	o := &origin{op: op}
+	for _, a := range args {
+		av, ok := a.(*value)
+		if !ok {
+			return
+		}
+		o.args = append(o.args, av)
+	}
+	v.origin = o
+}
+
+// opOf is v's operation, or OpTypeInvalid when it was not recorded.
+func opOf(v *value) compute.OpType {
+	if v == nil || v.origin == nil {
+		return compute.OpTypeInvalid
+	}
+	return v.origin.op
+}
+
+// throughShape follows v back through reshapes and broadcasts.
+func throughShape(v *value) *value {
+	for op := opOf(v); op == compute.OpTypeReshape || op == compute.OpTypeBroadcastInDim; op = opOf(v) {
+		v = v.origin.args[0]
+	}
+	return v
+}
+
+// scalarOf is the value of a float32 constant scalar (behind reshapes and broadcasts).
+func scalarOf(v *value) (float32, bool) {
+	v = throughShape(v)
+	if v == nil || v.origin == nil || v.origin.scalar == nil {
+		return 0, false
+	}
+	return float32(*v.origin.scalar), true
+}
+
+// withScalar splits the operands of a binary operation into a float32 constant scalar
+// and the other operand, either way round.
+func withScalar(v *value) (other *value, c float32, ok bool) {
+	a, b := v.origin.args[0], v.origin.args[1]
+	if c, ok := scalarOf(b); ok {
+		return a, c, true
+	}
+	if c, ok := scalarOf(a); ok {
+		return b, c, true
+	}
+	return nil, 0, false
+}
+
+// invRMSOf recognises model's invRMS(x): rsqrt(Σx²·(1/K) + eps) over x's last axis,
+// kept as [..., 1] (GoMLX's ReduceMean multiplies the sum by 1/K, AddScalar adds a
+// constant), and returns x and its norm.
+func invRMSOf(v *value) (x *value, norm triton.Norm, ok bool) {
+	v = throughShape(v)
+	if opOf(v) != compute.OpTypeRsqrt {
+		return nil, norm, false
+	}
+	sum := v.origin.args[0]
+	if opOf(sum) != compute.OpTypeAdd {
+		return nil, norm, false
+	}
+	mean, eps, ok := withScalar(sum)
+	if mean = throughShape(mean); !ok || opOf(mean) != compute.OpTypeMul {
+		return nil, norm, false
+	}
+	total, invK, ok := withScalar(mean)
+	if !ok || opOf(total) != compute.OpTypeReduceSum {
+		return nil, norm, false
+	}
+	squares := total.origin.args[0]
+	if opOf(squares) != compute.OpTypeMul || squares.origin.args[0] != squares.origin.args[1] {
+		return nil, norm, false
+	}
+	x = squares.origin.args[0]
+	if x.shape.DType != dtypes.Float32 || !slices.Equal(total.origin.axes, []int{x.shape.Rank() - 1}) {
+		return nil, norm, false
+	}
+	return x, triton.Norm{InvK: invK, Eps: eps}, true
+}
+
+// normWeightedOf recognises model's normWeighted(ConvertDType(x, bfloat16), g): the
+// product of x rounded to bfloat16 and the norm weight g [K] (behind a reshape), and
+// returns g.
+func normWeightedOf(v, x *value) (g *value, ok bool) {
+	if opOf(v) != compute.OpTypeMul {
+		return nil, false
+	}
+	for i, rounded := range v.origin.args {
+		if opOf(rounded) != compute.OpTypeConvertDType || rounded.origin.args[0] != x ||
+			rounded.shape.DType != dtypes.BFloat16 {
+			continue
+		}
+		g = throughShape(v.origin.args[1-i])
+		k := x.shape.Dimensions[x.shape.Rank()-1]
+		if g.shape.DType == dtypes.BFloat16 && slices.Equal(g.shape.Dimensions, []int{k}) {
+			return g, true
+		}
+	}
+	return nil, false
+}
+
+// denseProduct records, on the output of DotGeneral, the dense bfloat16 product of one
+// row x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
+// with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
+// into (with option triton=norm).
+func (f *Function) denseProduct(out, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
+	o, ok1 := out.(*value)
+	xv, ok2 := x.(*value)
+	wv, ok3 := w.(*value)
+	if !f.builder.backend.tritonNorm || !ok1 || !ok2 || !ok3 || xv.shape.DType != dtypes.BFloat16 || wv.shape.DType != dtypes.BFloat16 ||
+		wv.shape.Rank() != 2 || len(xBatch) != 0 || len(wBatch) != 0 || config.OutputDType != dtypes.Float32 ||
+		!slices.Equal(xContracting, []int{xv.shape.Rank() - 1}) || !slices.Equal(wContracting, []int{1}) ||
+		xv.shape.Size() != wv.shape.Dimensions[1] {
+		return
+	}
+	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv}
+}
+
+// normedProduct returns, with option triton=norm, the product of lhs and rhs as one
+// Triton kernel (triton.GEMVNorm) when they are model's normed dense layer of one row:
+// a dense product (denseProduct) of normWeighted(x, g) times invRMS(x), either way
+// round. The norm's own operations and the product it replaces are then left unused,
+// for XLA to remove. ok is false, with nothing added, for every other product.
+func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
+	if !f.builder.backend.tritonNorm {
+		return nil, false, nil
+	}
+	l, ok1 := lhs.(*value)
+	r, ok2 := rhs.(*value)
+	if !ok1 || !ok2 {
+		return nil, false, nil
+	}
+	for _, pair := range [][2]*value{{l, r}, {r, l}} {
+		product, inv := pair[0], pair[1]
+		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
+			continue
+		}
+		x, norm, ok := invRMSOf(inv)
+		if !ok || !slices.Equal(x.shape.Dimensions, product.origin.x.shape.Dimensions) {
+			continue
+		}
+		if out, err := shapeinference.BinaryOp(compute.OpTypeMul, product.shape, inv.shape); err != nil || !out.Equal(product.shape) {
+			continue
+		}
+		g, ok := normWeightedOf(product.origin.x, x)
+		if !ok {
+			continue
+		}
+		w := product.origin.w
+		n, k := w.shape.Dimensions[0], w.shape.Dimensions[1]
+		t, ok := gemvTile(1, n, k)
+		if !ok || t.Dot {
+			continue
+		}
+		vs, err := f.operands(x, g, w)
+		if err != nil {
+			return nil, true, opError(compute.OpTypeMul, err)
+		}
+		row, err := stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, k))
+		if err != nil {
+			return nil, true, opError(compute.OpTypeMul, err)
+		}
+		y, err := triton.GEMVNorm(row, vs[1], vs[2], t, norm)
+		if err == nil {
+			y, err = stablehlo.Reshape(y, toXLA(product.shape))
+		}
+		out, err := f.result(compute.OpTypeMul, y, err)
+		return out, true, err
+	}
+	return nil, false, nil
+}

@@ -1,0 +1,111 @@
+package triton
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gomlx/compute/dtypes"
+)
+
+// Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
+// 1/rms is rsqrt(Σx²·InvK + Eps), the float32 constants of the graph it replaces.
+type Norm struct {
+	InvK, Eps float32
+}
+
+// GEMVNormTTIR is the TTIR module of the kernel @gemm_norm: for one float32 row x [k],
+// the norm weight g [k] and W [n, k] bfloat16, y[n0:n0+bn] = (bf16(bf16(x)·g) ·
+// W[n0:n0+bn, :]ᵀ) · rsqrt(Σx²·InvK + Eps), float32, its arguments x, g, W and y in
+// that order. That is model's dense layer after an RMSNorm (model/forward.go: the row's
+// 1/rms on the product's output, the input x·weight rounded to bfloat16 as the graph
+// rounds it), with the norm's reduction, its product by the weight and the rounding
+// done as each program loads x: every program reads all of x anyway, so the norm's
+// own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep.
+func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
+	if t.Dot {
+		return "", fmt.Errorf("triton: GEMV with a norm: tile %v: only 1-row tiles", t)
+	}
+	if err := CheckGEMV(1, n, k, t, dtypes.Float32); err != nil {
+		return "", err
+	}
+	text := `module {
+  tt.func public @gemm_norm(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %c0 = arith.constant 0 : i32
+    %cK = arith.constant $K : i32
+    %cBK = arith.constant $BK : i32
+    %cBN = arith.constant $BN : i32
+    %pid = tt.get_program_id x : i32
+    %n0 = arith.muli %pid, %cBN : i32
+    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
+    %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
+    %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
+    %rowoff = arith.muli %rows, %Ks : tensor<$BNxi32>
+    %rowoff2 = tt.expand_dims %rowoff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
+    %rowoffb = tt.broadcast %rowoff2 : tensor<$BNx1xi32> -> tensor<$BNx$BKxi32>
+    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
+    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
+    %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
+    %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
+    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
+    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
+    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
+    %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+    %gbase = tt.splat %g : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
+    %gp0 = tt.addptr %gbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
+    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
+    %zerok = arith.constant dense<0.000000e+00> : tensor<$BKxf32>
+    %loop:2 = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero, %q = %zerok) -> (tensor<$BNx$BKxf32>, tensor<$BKxf32>) : i32 {
+      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
+      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
+      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
+      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
+      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
+      %xk = tt.addptr %xp0, %kx : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+      %xv = tt.load %xk : tensor<$BKx!tt.ptr<f32>>
+      %gk = tt.addptr %gp0, %kx : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
+      %gv = tt.load %gk : tensor<$BKx!tt.ptr<bf16>>
+      %xx = arith.mulf %xv, %xv : tensor<$BKxf32>
+      %q1 = arith.addf %q, %xx : tensor<$BKxf32>
+      %xb = arith.truncf %xv : tensor<$BKxf32> to tensor<$BKxbf16>
+      %xbf = arith.extf %xb : tensor<$BKxbf16> to tensor<$BKxf32>
+      %gf = arith.extf %gv : tensor<$BKxbf16> to tensor<$BKxf32>
+      %xg = arith.mulf %xbf, %gf : tensor<$BKxf32>
+      %xgb = arith.truncf %xg : tensor<$BKxf32> to tensor<$BKxbf16>
+      %xgf = arith.extf %xgb : tensor<$BKxbf16> to tensor<$BKxf32>
+      %xe = tt.expand_dims %xgf {axis = 0 : i32} : tensor<$BKxf32> -> tensor<1x$BKxf32>
+      %xbb = tt.broadcast %xe : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
+      %p = arith.mulf %wf, %xbb : tensor<$BNx$BKxf32>
+      %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
+      scf.yield %a1, %q1 : tensor<$BNx$BKxf32>, tensor<$BKxf32>
+    }$LOOPATTR
+    %sum = "tt.reduce"(%loop#0) <{axis = 1 : i32}> ({
+    ^bb0(%l: f32, %r: f32):
+      %t = arith.addf %l, %r : f32
+      tt.reduce.return %t : f32
+    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
+    %ss = "tt.reduce"(%loop#1) <{axis = 0 : i32}> ({
+    ^bb0(%l2: f32, %r2: f32):
+      %t2 = arith.addf %l2, %r2 : f32
+      tt.reduce.return %t2 : f32
+    }) : (tensor<$BKxf32>) -> f32
+    %cInvK = arith.constant $INVK : f32
+    %cEps = arith.constant $EPS : f32
+    %mean = arith.mulf %ss, %cInvK : f32
+    %var = arith.addf %mean, %cEps : f32
+    %inv = math.rsqrt %var : f32
+    %invs = tt.splat %inv : f32 -> tensor<$BNxf32>
+    %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
+    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    tt.store %yp, %yv : tensor<$BNx!tt.ptr<f32>>
+    tt.return
+  }
+}`
+	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
+		"$LOOPATTR", t.loopAttr(), "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)).Replace(text), nil
+}
+
+// f32Literal writes x as an MLIR float literal of its exact bits (hexadecimal).
+func f32Literal(x float32) string { return fmt.Sprintf("0x%08X", math.Float32bits(x)) }
