@@ -140,20 +140,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 		round, stored = "    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>\n", "%yt$m"
 	}
 
-	b.WriteString(kernelHead + `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
-    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
-    %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
-    %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
-    %rowoff = arith.muli %rows, %Ks : tensor<$BNxi32>
-    %rowoff2 = tt.expand_dims %rowoff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
-    %rowoffb = tt.broadcast %rowoff2 : tensor<$BNx1xi32> -> tensor<$BNx$BKxi32>
-    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
-    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
-    %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
-    %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
-    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
-    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
+	b.WriteString(kernelHead + rowTile + `    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
 `)
 	perRow(`    %xo$m = arith.constant dense<$xoff> : tensor<$BKxi32>
@@ -207,6 +194,23 @@ const kernelHead = `module {
     %cBN = arith.constant $BN : i32
     %pid = tt.get_program_id x : i32
     %n0 = arith.muli %pid, %cBN : i32
+`
+
+// rowTile follows the program offset %n0 in both 1-row kernels: its rows %rows of W
+// and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1.
+const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
+    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
+    %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
+    %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
+    %rowoff = arith.muli %rows, %Ks : tensor<$BNxi32>
+    %rowoff2 = tt.expand_dims %rowoff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
+    %rowoffb = tt.broadcast %rowoff2 : tensor<$BNx1xi32> -> tensor<$BNx$BKxi32>
+    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
+    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
+    %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
+    %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
+    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
+    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
 `
 
 // loopAttr marks the K loop of a kernel of t pipelined Stages deep: without it, Triton

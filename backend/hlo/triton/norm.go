@@ -37,20 +37,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
     %cBN = arith.constant $BN : i32
     %pid = tt.get_program_id x : i32
     %n0 = arith.muli %pid, %cBN : i32
-    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
-    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
-    %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
-    %Ks = tt.splat %cK : i32 -> tensor<$BNxi32>
-    %rowoff = arith.muli %rows, %Ks : tensor<$BNxi32>
-    %rowoff2 = tt.expand_dims %rowoff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
-    %rowoffb = tt.broadcast %rowoff2 : tensor<$BNx1xi32> -> tensor<$BNx$BKxi32>
-    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
-    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
-    %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
-    %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
-    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
-    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
+` + rowTile + `    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
     %gbase = tt.splat %g : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %gp0 = tt.addptr %gbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
