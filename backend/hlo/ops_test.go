@@ -356,3 +356,46 @@ func TestTritonGEMVWhereFaster(t *testing.T) {
 		require.Equal(t, c.lowered, len(tritonCalls(text)) == 1, "%+v", c)
 	}
 }
+
+// With triton=norm, a normed dense layer of one row, built as model builds it, runs as
+// our GEMV with the norm folded in, inside a While's body too (the decoder's loops),
+// with its weights read from the enclosing function. Near misses keep their ops: a
+// norm of another row, and a product by 1/sqrt instead of rsqrt.
+func TestTritonNormInWhile(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=norm")
+	require.NoError(t, err)
+	f32, bf16 := dtypes.Float32, dtypes.BFloat16
+	inputs := []shapes.Shape{shapes.Make(f32, 1, 1, 64), shapes.Make(bf16, 64), shapes.Make(bf16, 128, 64)}
+	normed := func(x, other, g, w *Node, inv func(*Node) *Node) *Node {
+		weighted := Mul(ConvertDType(other, bf16), Reshape(g, 1, 1, 64))
+		y := Dot(weighted, w).WithOutputDType(f32).General([]int{2}, nil, []int{1}, nil)
+		return Mul(y, inv(x))
+	}
+	rsqrt := func(x *Node) *Node { return Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), 1e-6)) }
+	inverseSqrt := func(x *Node) *Node {
+		return Inverse(Sqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), 1e-6)))
+	}
+	count := func(layer func(x, g, w *Node) *Node) int {
+		text := buildOn(t, b, inputs, func(g *Graph, in []*Node) []*Node {
+			cond := NewClosure(g, func(g *Graph) []*Node {
+				x := Parameter(g, "x", in[0].Shape())
+				return []*Node{LessThan(ReduceAllSum(x), Const(g, float32(100)))}
+			})
+			body := NewClosure(g, func(g *Graph) []*Node {
+				x := Parameter(g, "x", in[0].Shape())
+				return []*Node{SliceAxis(layer(x, in[1], in[2]), -1, AxisRange(0, 64))}
+			})
+			return While(cond, body, in[0])
+		})
+		n := 0
+		for _, c := range tritonCalls(text) {
+			if strings.Contains(c, "tt.func public @gemm_norm(") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, count(func(x, g, w *Node) *Node { return normed(x, x, g, w, rsqrt) }))
+	require.Zero(t, count(func(x, g, w *Node) *Node { return normed(x, MulScalar(x, 2), g, w, rsqrt) }))
+	require.Zero(t, count(func(x, g, w *Node) *Node { return normed(x, x, g, w, inverseSqrt) }))
+}
