@@ -44,8 +44,8 @@ type Backend struct {
 	// tritonAttention runs the fused attentions of short windows over more keys as our
 	// Triton kernels (option "triton=attention", attention.go).
 	tritonAttention bool
-	// tritonNorm folds the RMSNorm before a dense layer of one row into our Triton GEMV
-	// (option "triton=norm", norm.go).
+	// tritonNorm folds the RMSNorm before a dense layer of one row, and the residual add
+	// after one, into our Triton GEMVs (option "triton=norm", norm.go).
 	tritonNorm bool
 	finalized  bool
 }
@@ -73,8 +73,10 @@ var _ compute.Backend = (*Backend)(nil)
 //     "triton=gemv,triton=attention";
 //   - "triton=norm", which folds the RMSNorm before a dense layer of one row (model's
 //     normed layers at the AR step, batch 1) into our Triton GEMV
-//     (triton.GEMVNormTTIR): the norm's reduction and its product by the weight then
-//     need no kernel of their own. Not yet measured on a GPU (BENCHMARKS.md).
+//     (triton.GEMVNormTTIR), and the residual add after a one-row product that our
+//     GEMV computes into that GEMV (triton.GEMVResidualTTIR): the norm's reduction,
+//     its product by the weight and the add then need no kernel of their own (norm.go).
+//     Not yet measured on a GPU (BENCHMARKS.md).
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {

@@ -437,10 +437,12 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
-// The bf16 fixture models with triton=norm give the plain backend's logits on the
-// one-row windows whose norms it folds into our GEMV (the AR step: a session's steps
-// and commits of one token), within TestTritonGEMVModelsMatch's tolerance: the kernel
-// rounds x·weight to bf16 as the graph does and sums x² in another order.
+// The bf16 fixture models with triton=norm (and triton=gemv-all, so that our GEMV
+// computes their small products) give the plain backend's logits on the one-row
+// windows whose norms and residual adds it folds into our GEMVs (the AR step: a
+// session's steps and commits of one token), within TestTritonGEMVModelsMatch's
+// tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
+// another order.
 func TestTritonNormModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withNorm, err := sharedTritonNorm()
@@ -470,7 +472,7 @@ var sharedTritonNorm = sync.OnceValues(func() (*hlo.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv,triton=norm")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all,triton=norm")
 })
 
 // The bf16 fixture models with triton=attention give the plain backend's logits on

@@ -4,6 +4,7 @@ package hlo_test
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,9 +134,11 @@ func TestTritonAttentionInModels(t *testing.T) {
 // With triton=norm, a bf16 fixture model's AR step (one token at batch 1) runs each
 // normed dense layer as our GEMV with the norm folded in: qkv and gate/up in every
 // layer, and the head where the model scales none of its logits (not MiniCPM's
-// dim_model_base). A window of 4 rows keeps the plain products.
+// dim_model_base); and the residual adds after o and down, products our GEMV computes
+// with triton=gemv-all, in those GEMVs, where the model does not scale what it adds
+// (not MiniCPM's scale_depth). A window of 4 rows keeps the plain products.
 func TestTritonNormInModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=norm")
+	b, err := hlo.NewBuildOnlyWith("triton=gemv-all,triton=norm")
 	require.NoError(t, err)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
@@ -143,22 +146,29 @@ func TestTritonNormInModels(t *testing.T) {
 			require.NoError(t, err)
 			cfg := m.Config
 			require.NoError(t, m.Close())
-			want := 2 * cfg.NumLayers
-			if cfg.Architecture != model.ArchMiniCPM || cfg.DimModelBase == float64(cfg.HiddenSize) {
-				want++
+			minicpm := cfg.Architecture == model.ArchMiniCPM
+			wantNormed, wantResidual := 2*cfg.NumLayers, 2*cfg.NumLayers
+			if !minicpm || cfg.DimModelBase == float64(cfg.HiddenSize) {
+				wantNormed++
 			}
-			normed := func(text string) (n int) {
+			if minicpm && cfg.ScaleDepth != math.Sqrt(float64(cfg.NumLayers)) {
+				wantResidual = 0
+			}
+			count := func(text, signature string) (n int) {
 				for _, c := range tritonCalls(text) {
-					if strings.Contains(c, "tt.func public @gemm_norm(") {
+					if strings.Contains(c, signature) {
 						n++
 					}
 				}
 				return n
 			}
+			const normed, residual = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>"
 			text, _ := windowText(t, b, dir, 1, 1)
-			require.Equal(t, want, normed(text))
+			require.Equal(t, wantNormed, count(text, normed))
+			require.Equal(t, wantResidual, count(text, residual))
 			text, _ = windowText(t, b, dir, 1, 4)
-			require.Zero(t, normed(text))
+			require.Zero(t, count(text, normed))
+			require.Zero(t, count(text, residual))
 		})
 	}
 }

@@ -19,11 +19,12 @@ import (
 // operations, reductions with their axes), a constant scalar's value, or, for a dense
 // product's output, its input and weight.
 type origin struct {
-	op     compute.OpType
-	args   []*value
-	axes   []int    // a reduction's
-	scalar *float64 // a float32 constant scalar's
-	x, w   *value   // a dense product's (denseProduct)
+	op      compute.OpType
+	args    []*value
+	axes    []int    // a reduction's
+	scalar  *float64 // a float32 constant scalar's
+	x, w    *value   // a dense product's (denseProduct)
+	lowered bool     // whether our GEMV computes that product
 }
 
 // record notes, with option triton=norm, that out was made by op from args.
@@ -136,8 +137,9 @@ func normWeightedOf(v, x *value) (g *value, ok bool) {
 // denseProduct records, on the output of DotGeneral, the dense bfloat16 product of one
 // row x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
 // with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
-// into (with option triton=norm).
-func (f *Function) denseProduct(out, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
+// into and residualProduct a residual add (with option triton=norm); lowered says
+// whether our GEMV computes it.
+func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
 	o, ok1 := out.(*value)
 	xv, ok2 := x.(*value)
 	wv, ok3 := w.(*value)
@@ -147,7 +149,7 @@ func (f *Function) denseProduct(out, x, w compute.Value, xContracting, xBatch, w
 		xv.shape.Size() != wv.shape.Dimensions[1] {
 		return
 	}
-	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv}
+	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv, lowered: lowered}
 }
 
 // normedProduct returns, with option triton=norm, the product of lhs and rhs as one
@@ -199,6 +201,55 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))
 		}
 		out, err := f.result(compute.OpTypeMul, y, err)
+		return out, true, err
+	}
+	return nil, false, nil
+}
+
+// residualProduct returns, with option triton=norm, lhs + rhs as one Triton kernel
+// (triton.GEMVResidual) when one is a dense product of one row (denseProduct) that our
+// GEMV computes and the other a float32 residual of its shape, either way round:
+// model's residual add after its down projection, whose sum then needs no kernel of
+// its own. The product it replaces is left unused, for XLA to remove. ok is false,
+// with nothing added, for every other sum.
+func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
+	if !f.builder.backend.tritonNorm {
+		return nil, false, nil
+	}
+	l, ok1 := lhs.(*value)
+	r, ok2 := rhs.(*value)
+	if !ok1 || !ok2 {
+		return nil, false, nil
+	}
+	for _, pair := range [][2]*value{{l, r}, {r, l}} {
+		product, residual := pair[0], pair[1]
+		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil || !product.origin.lowered ||
+			!residual.shape.Equal(product.shape) {
+			continue
+		}
+		x, w := product.origin.x, product.origin.w
+		n, k := w.shape.Dimensions[0], w.shape.Dimensions[1]
+		t, ok := gemvTile(1, n, k)
+		if !ok || t.Dot {
+			continue
+		}
+		vs, err := f.operands(x, w, residual)
+		if err != nil {
+			return nil, true, opError(compute.OpTypeAdd, err)
+		}
+		row, err := stablehlo.Reshape(vs[0], xshapes.Make(dtypes.BFloat16, 1, k))
+		var sum *stablehlo.Value
+		if err == nil {
+			sum, err = stablehlo.Reshape(vs[2], xshapes.Make(dtypes.Float32, 1, n))
+		}
+		var y *stablehlo.Value
+		if err == nil {
+			y, err = triton.GEMVResidual(row, vs[1], sum, t)
+		}
+		if err == nil {
+			y, err = stablehlo.Reshape(y, toXLA(product.shape))
+		}
+		out, err := f.result(compute.OpTypeAdd, y, err)
 		return out, true, err
 	}
 	return nil, false, nil

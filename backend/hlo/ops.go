@@ -241,6 +241,9 @@ func (f *Function) Clz(x compute.Value) (compute.Value, error) {
 
 // Add implements compute.StandardOps.
 func (f *Function) Add(lhs, rhs compute.Value) (compute.Value, error) {
+	if v, ok, err := f.residualProduct(lhs, rhs); ok {
+		return v, err
+	}
 	return f.binary(compute.OpTypeAdd, stablehlo.Add, lhs, rhs)
 }
 

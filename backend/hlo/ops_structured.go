@@ -345,20 +345,21 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	out, lowered, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	if err == nil {
-		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+		f.denseProduct(out, lowered, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	}
 	return out, err
 }
 
 // dotGeneral is DotGeneral of the operands vs: our Triton GEMV where tritonGEMV lowers
-// it, else stablehlo.dot_general.
+// it (lowered), else stablehlo.dot_general.
 func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
-	config compute.DotGeneralConfig) (compute.Value, error) {
+	config compute.DotGeneralConfig) (out compute.Value, lowered bool, err error) {
 	op := compute.OpTypeDotGeneral
 	if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes, config); ok {
-		return f.result(op, v, err)
+		out, err := f.result(op, v, err)
+		return out, true, err
 	}
 	preferred := vs[0].Shape().DType
 	if config.AccumulatorDType != dtypes.InvalidDType {
@@ -375,7 +376,8 @@ func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatc
 	if err == nil && config.OutputDType != dtypes.InvalidDType && config.OutputDType != preferred {
 		v, err = stablehlo.Convert(v, config.OutputDType)
 	}
-	return f.result(op, v, err)
+	out, err = f.result(op, v, err)
+	return out, false, err
 }
 
 // Gather implements compute.StandardOps (no batching axes).

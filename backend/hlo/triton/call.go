@@ -54,6 +54,27 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 	return ys[0], nil
 }
 
+// GEMVResidual appends y [1, n] = r + x·wᵀ, float32, to x's function, for x [1, k] and
+// w [n, k] bfloat16 and r [1, n] float32: GEMVResidualTTIR's kernel of tile t.
+func GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+	xs, ws, rs := x.Shape(), w.Shape(), r.Shape()
+	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.BFloat16 || ws.Rank() != 2 ||
+		ws.DType != dtypes.BFloat16 || xs.Dimensions[1] != ws.Dimensions[1] ||
+		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: GEMV with a residual of x %s, w %s and r %s: want x [1, k] and w [n, k] bfloat16, r [1, n] float32", xs, ws, rs)
+	}
+	n, k := ws.Dimensions[0], ws.Dimensions[1]
+	ir, err := GEMVResidualTTIR(1, n, k, t)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := Call("gemm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	if err != nil {
+		return nil, err
+	}
+	return ys[0], nil
+}
+
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
 // times wᵀ, times the row's 1/rms) to x's function, for x [1, k] float32, g [k] and w
 // [n, k] bfloat16: one program per t.BN rows of w.

@@ -80,3 +80,40 @@ func TestGEMVNormCall(t *testing.T) {
 	_, err = GEMVNormTTIR(40, 256, Tile{BN: 8, BK: 128, Stages: 1, Dot: true}, norm)
 	require.ErrorContains(t, err, "only 1-row tiles")
 }
+
+// GEMVResidual checks its operands and emits one custom call of XLA's Triton target
+// whose kernel takes the residual after W and adds it to its sums.
+func TestGEMVResidualCall(t *testing.T) {
+	b := stablehlo.New("gemv_residual")
+	fn := b.Main()
+	x, err := fn.NamedInput("x", shapes.Make(dtypes.BFloat16, 1, 256))
+	require.NoError(t, err)
+	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
+	require.NoError(t, err)
+	r, err := fn.NamedInput("r", shapes.Make(dtypes.Float32, 1, 40))
+	require.NoError(t, err)
+	tile := Tile{BN: 8, BK: 128, Stages: 2}
+	_, err = GEMVResidual(x, w, x, tile)
+	require.ErrorContains(t, err, "r [1, n] float32")
+	y, err := GEMVResidual(x, w, r, tile)
+	require.NoError(t, err)
+	require.NoError(t, fn.Return(y))
+	text, err := b.Build()
+	require.NoError(t, err)
+	program := string(text)
+	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
+	require.Contains(t, program, "grid_x = 5 : i32")
+	require.Contains(t, program, "-> tensor<1x40xf32>")
+
+	ir, err := GEMVResidualTTIR(1, 40, 256, tile)
+	require.NoError(t, err)
+	require.Contains(t, ir, "%w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
+	require.Contains(t, ir, "%res0 = arith.addf %rv0, %sum0 : tensor<8xf32>")
+	require.Contains(t, ir, "tt.store %yp0, %res0")
+	plain, err := GEMVTTIR(1, 40, 256, tile, dtypes.Float32)
+	require.NoError(t, err)
+	require.NotContains(t, plain, "%r: ")
+	require.NotContains(t, plain, "%rbase")
+	_, err = GEMVResidualTTIR(1, 40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
+	require.ErrorContains(t, err, "only 1-row tiles")
+}

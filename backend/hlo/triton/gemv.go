@@ -108,6 +108,25 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 	if t.Dot {
 		return dotTTIR(m, n, k, t, out), nil
 	}
+	return rowsTTIR(m, n, k, t, out, false), nil
+}
+
+// GEMVResidualTTIR is GEMVTTIR's kernel of a float32 y that adds the float32 residual
+// r [m, n] to its sums: y = r + x·Wᵀ, its arguments x, W, r and y in that order. That
+// is model's residual add after a dense layer, which then needs no kernel of its own.
+func GEMVResidualTTIR(m, n, k int, t Tile) (string, error) {
+	if t.Dot {
+		return "", fmt.Errorf("triton: GEMV with a residual: tile %v: only 1-row tiles", t)
+	}
+	if err := CheckGEMV(m, n, k, t, dtypes.Float32); err != nil {
+		return "", err
+	}
+	return rowsTTIR(m, n, k, t, dtypes.Float32, true), nil
+}
+
+// rowsTTIR writes GEMVTTIR's 1-row kernel, adding the residual r when residual is set
+// (GEMVResidualTTIR).
+func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 	var b strings.Builder
 	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
 	// offsets of its x and y rows, $acc its accumulator after the loop.
@@ -139,8 +158,12 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 	if out == dtypes.BFloat16 {
 		round, stored = "    %yt$m = arith.truncf %sum$m : tensor<$BNxf32> to tensor<$BNxbf16>\n", "%yt$m"
 	}
+	head := kernelHead
+	if residual {
+		head = strings.Replace(head, "%y: !tt.ptr<$YT>", "%r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT>", 1)
+	}
 
-	b.WriteString(kernelHead + rowTile + `    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
+	b.WriteString(head + rowTile + `    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
 `)
 	perRow(`    %xo$m = arith.constant dense<$xoff> : tensor<$BKxi32>
@@ -166,6 +189,16 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
     }$LOOPATTR
     %ybase = tt.splat %y : !tt.ptr<$YT> -> tensor<$BNx!tt.ptr<$YT>>
 `)
+	// addResidual loads r's row at the offsets of y's and adds it to the sums.
+	addResidual := ""
+	if residual {
+		b.WriteString("    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>\n")
+		addResidual = `    %rp$m = tt.addptr %rbase, %yr$m : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    %rv$m = tt.load %rp$m : tensor<$BNx!tt.ptr<f32>>
+    %res$m = arith.addf %rv$m, %sum$m : tensor<$BNxf32>
+`
+		stored = "%res$m"
+	}
 	perRow(`    %sum$m = "tt.reduce"($acc) <{axis = 1 : i32}> ({
     ^bb0(%l$m: f32, %r$m: f32):
       %t$m = arith.addf %l$m, %r$m : f32
@@ -173,7 +206,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
     }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
 ` + round + `    %yo$m = arith.constant dense<$yoff> : tensor<$BNxi32>
     %yr$m = arith.addi %rows, %yo$m : tensor<$BNxi32>
-    %yp$m = tt.addptr %ybase, %yr$m : tensor<$BNx!tt.ptr<$YT>>, tensor<$BNxi32>
+` + addResidual + `    %yp$m = tt.addptr %ybase, %yr$m : tensor<$BNx!tt.ptr<$YT>>, tensor<$BNxi32>
     tt.store %yp$m, ` + stored + ` : tensor<$BNx!tt.ptr<$YT>>
 `)
 	b.WriteString(`    tt.return
@@ -181,7 +214,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 }`)
 	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
 		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
-		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(b.String()), nil
+		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(b.String())
 }
 
 // kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
