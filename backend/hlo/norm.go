@@ -14,10 +14,11 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// origin is how a value was made, kept for normedProduct's recognition of a dense
-// layer after an RMSNorm: the operation and its operands (unary and binary
-// operations, reductions with their axes), a constant scalar's value, or, for a dense
-// product's output, its input and weight.
+// origin is how a value was made, kept (with option triton=norm) for normedProduct's
+// recognition of a dense layer after an RMSNorm and residualProduct's of a residual add
+// after one: the operation and its operands (unary and binary operations, reductions
+// with their axes), a constant scalar's value, or, for a dense product's output, its
+// input and weight.
 type origin struct {
 	op      compute.OpType
 	args    []*value
