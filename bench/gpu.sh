@@ -34,7 +34,8 @@
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
-# (builds of other git refs, see bench/build-gpu.sh), trace (in-graph kernel times,
+# (builds of other git refs, see bench/build-gpu.sh), tritonnorm (option triton=norm
+# against ours), trace (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
 # two.
@@ -316,6 +317,26 @@ tritonattention() {
   done
 }
 
+tritonnorm() {
+  # Option triton=norm (the norms and residual adds folded into our 1-row GEMVs): its
+  # GPU tests, then batch-1 steps over 528 slots and AR decoding at batch 1 on ours
+  # without and with it, alternating, ROUNDS rounds (default 2), then a trace of its AR
+  # step (~300 s).
+  section "triton=norm: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v -test.run 'TestTritonNorm' \
+    >"$OUT/tritonnorm-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|folded - plain|Error:' "$OUT/tritonnorm-tests.log" | head -20
+  local round label
+  for round in $(seq "${ROUNDS:-2}"); do
+    for label in bdxla-gemv-attention bdxla-gemv-attention-norm; do
+      section "steps and AR decoding on $label, round $round"
+      AB_LABEL=$label steps_of .gpu/bin/bench
+      AB_LABEL=$label DECODE=autoregressive DECODE_TIMEOUT=90 decodes .gpu/bin/bench
+    done
+  done
+  TRACE_LABEL=bdxla-gemv-attention-norm TRACE_STEPS=ar TRACE_PEER=0 TRACE_OPENER=gemm_norm TRACE_PER=2 trace
+}
+
 variants() {
   # This build against the builds of other git refs (bench/build-gpu.sh with VARIANTS;
   # VARIANTS="ref ..." here picks some), on the default backend (ours): every
@@ -404,7 +425,8 @@ trace() {
   # the bench of a build of VARIANTS (bench/build-gpu.sh); TRACE_DECODE=NAME: the decoding
   # case the decode step traces (bench -decode; default autoregressive), TRACE_BATCH its
   # batch size (default 1); TRACE_LABEL: another backend label (backend_config), e.g.
-  # bdxla-gemv for the plain attention.
+  # bdxla-gemv for the plain attention; TRACE_OPENER and TRACE_PER: the kernel that opens
+  # a layer and how many of it a layer has, where a label changes them.
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -427,6 +449,7 @@ trace() {
       opener=input_multiply_reduce_fusion per=2
       [ "${TRACE_DECODE:-autoregressive}" = autoregressive ] || opener=input_add_multiply_reduce_fusion
     fi
+    opener=${TRACE_OPENER:-$opener} per=${TRACE_PER:-$per}
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config "${TRACE_LABEL:-ours}") \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
       timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
