@@ -74,8 +74,10 @@ var _ compute.Backend = (*Backend)(nil)
 //   - "triton=norm", which folds the RMSNorm before a dense layer of one row (model's
 //     normed layers at the AR step, batch 1) into our Triton GEMV
 //     (triton.GEMVNormTTIR), and the residual add after a one-row product that our
-//     GEMV computes into that GEMV (triton.GEMVResidualTTIR): the norm's reduction,
-//     its product by the weight and the add then need no kernel of their own (norm.go).
+//     GEMV computes into that GEMV (triton.GEMVResidualTTIR), with the SwiGLU before
+//     it where the product is the down projection (triton.GEMVSwiGLUResidualTTIR):
+//     the norm's reduction, its product by the weight, SwiGLU and the add then need no
+//     kernel of their own (norm.go).
 //     Not yet measured on a GPU (BENCHMARKS.md).
 //
 // Unknown options, and values of triton other than these, are errors.

@@ -136,7 +136,8 @@ func TestTritonAttentionInModels(t *testing.T) {
 // layer, and the head where the model scales none of its logits (not MiniCPM's
 // dim_model_base); and the residual adds after o and down, products our GEMV computes
 // with triton=gemv-all, in those GEMVs, where the model does not scale what it adds
-// (not MiniCPM's scale_depth). A window of 4 rows keeps the plain products.
+// (not MiniCPM's scale_depth), down's with SwiGLU before it. A window of 4 rows keeps
+// the plain products.
 func TestTritonNormInModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=gemv-all,triton=norm")
 	require.NoError(t, err)
@@ -162,10 +163,11 @@ func TestTritonNormInModels(t *testing.T) {
 				}
 				return n
 			}
-			const normed, residual = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>"
+			const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
 			text, _ := windowText(t, b, dir, 1, 1)
 			require.Equal(t, wantNormed, count(text, normed))
 			require.Equal(t, wantResidual, count(text, residual))
+			require.Equal(t, wantResidual/2, count(text, swiGLU))
 			text, _ = windowText(t, b, dir, 1, 4)
 			require.Zero(t, count(text, normed))
 			require.Zero(t, count(text, residual))

@@ -22,7 +22,9 @@ import (
 type origin struct {
 	op      compute.OpType
 	args    []*value
-	axes    []int    // a reduction's
+	axes    []int // a reduction's
+	starts  []int // a slice's of strides 1, with limits
+	limits  []int
 	scalar  *float64 // a float32 constant scalar's
 	x, w    *value   // a dense product's (denseProduct)
 	lowered bool     // whether our GEMV computes that product
@@ -43,6 +45,14 @@ func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.
 		o.args = append(o.args, av)
 	}
 	v.origin = o
+}
+
+// originOf is how out was made, nil when not recorded.
+func originOf(out compute.Value) *origin {
+	if v, ok := out.(*value); ok {
+		return v.origin
+	}
+	return nil
 }
 
 // opOf is v's operation, or OpTypeInvalid when it was not recorded.
@@ -207,12 +217,65 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 	return nil, false, nil
 }
 
+// swiGLUOf recognises model's swiGLU(gu) rounded to bfloat16, a dense product's input
+// x: ConvertDType(Mul(Mul(gate, Logistic(gate)), up), bfloat16), each product either
+// way round, gate and up the two halves of float32 gu's last axis. It returns gu.
+func swiGLUOf(x *value) (gu *value, ok bool) {
+	if opOf(x) != compute.OpTypeConvertDType || x.shape.DType != dtypes.BFloat16 {
+		return nil, false
+	}
+	product := x.origin.args[0]
+	if opOf(product) != compute.OpTypeMul {
+		return nil, false
+	}
+	for i, silu := range product.origin.args {
+		up := product.origin.args[1-i]
+		if opOf(silu) != compute.OpTypeMul {
+			continue
+		}
+		for j, gate := range silu.origin.args {
+			sigmoid := silu.origin.args[1-j]
+			if opOf(sigmoid) != compute.OpTypeLogistic || sigmoid.origin.args[0] != gate ||
+				opOf(gate) != compute.OpTypeSlice || opOf(up) != compute.OpTypeSlice || gate.origin.args[0] != up.origin.args[0] {
+				continue
+			}
+			gu = gate.origin.args[0]
+			if gu.shape.DType == dtypes.Float32 && isHalf(gate, 0) && isHalf(up, 1) {
+				return gu, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// isHalf reports whether slice s (strides 1) takes half h (0 or 1) of its operand's
+// last axis and all of its other axes.
+func isHalf(s *value, h int) bool {
+	dims := s.origin.args[0].shape.Dimensions
+	if s.origin.starts == nil || len(dims) == 0 || dims[len(dims)-1]%2 != 0 {
+		return false
+	}
+	last, half := len(dims)-1, dims[len(dims)-1]/2
+	for axis, d := range dims {
+		start, limit := 0, d
+		if axis == last {
+			start, limit = h*half, (h+1)*half
+		}
+		if s.origin.starts[axis] != start || s.origin.limits[axis] != limit {
+			return false
+		}
+	}
+	return true
+}
+
 // residualProduct returns, with option triton=norm, lhs + rhs as one Triton kernel
 // (triton.GEMVResidual) when one is a dense product of one row (denseProduct) that our
 // GEMV computes and the other a float32 residual of its shape, either way round:
 // model's residual add after its down projection, whose sum then needs no kernel of
-// its own. The product it replaces is left unused, for XLA to remove. ok is false,
-// with nothing added, for every other sum.
+// its own. Where the product's input is swiGLU of the gate/up projection (swiGLUOf),
+// the kernel computes that too (triton.GEMVSwiGLUResidual). The product it replaces
+// is left unused, for XLA to remove. ok is false, with nothing added, for every other
+// sum.
 func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
 	if !f.builder.backend.tritonNorm {
 		return nil, false, nil
@@ -234,17 +297,26 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if !ok || t.Dot {
 			continue
 		}
-		vs, err := f.operands(x, w, residual)
+		gu, swiGLU := swiGLUOf(x)
+		input, inputShape := x, xshapes.Make(dtypes.BFloat16, 1, k)
+		if swiGLU {
+			input, inputShape = gu, xshapes.Make(dtypes.Float32, 1, 2*k)
+		}
+		vs, err := f.operands(input, w, residual)
 		if err != nil {
 			return nil, true, opError(compute.OpTypeAdd, err)
 		}
-		row, err := stablehlo.Reshape(vs[0], xshapes.Make(dtypes.BFloat16, 1, k))
+		row, err := stablehlo.Reshape(vs[0], inputShape)
 		var sum *stablehlo.Value
 		if err == nil {
 			sum, err = stablehlo.Reshape(vs[2], xshapes.Make(dtypes.Float32, 1, n))
 		}
 		var y *stablehlo.Value
-		if err == nil {
+		switch {
+		case err != nil:
+		case swiGLU:
+			y, err = triton.GEMVSwiGLUResidual(row, vs[1], sum, t)
+		default:
 			y, err = triton.GEMVResidual(row, vs[1], sum, t)
 		}
 		if err == nil {

@@ -465,9 +465,13 @@ func (f *Function) Slice(x compute.Value, starts, limits, strides []int) (comput
 	if strides == nil {
 		strides = slices.Repeat([]int{1}, len(starts))
 	}
-	return f.unary(compute.OpTypeSlice, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	out, err := f.unary(compute.OpTypeSlice, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Slice(v, starts, limits, strides)
 	}, x)
+	if o := originOf(out); o != nil && slices.Equal(strides, slices.Repeat([]int{1}, len(starts))) {
+		o.starts, o.limits = starts, limits
+	}
+	return out, err
 }
 
 // Reverse implements compute.StandardOps.

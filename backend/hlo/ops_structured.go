@@ -125,7 +125,7 @@ func (f *Function) reduce(op compute.OpType, x compute.Value, axes []int) (compu
 	out, err := f.result(op, v, err)
 	if err == nil {
 		f.record(out, op, x)
-		if o := out.(*value).origin; o != nil {
+		if o := originOf(out); o != nil {
 			o.axes = axes
 		}
 	}

@@ -75,6 +75,28 @@ func GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
 	return ys[0], nil
 }
 
+// GEMVSwiGLUResidual appends y [1, n] = r + bf16(SwiGLU(gu))·wᵀ, float32, to gu's
+// function, for gu [1, 2k] float32 (gate, then up), w [n, k] bfloat16 and r [1, n]
+// float32: GEMVSwiGLUResidualTTIR's kernel of tile t.
+func GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
+	if ws.Rank() != 2 || ws.DType != dtypes.BFloat16 ||
+		!gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) ||
+		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32, w [n, k] bfloat16", gs, ws, rs)
+	}
+	n, k := ws.Dimensions[0], ws.Dimensions[1]
+	ir, err := GEMVSwiGLUResidualTTIR(n, k, t)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := Call("gemm_swiglu", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	if err != nil {
+		return nil, err
+	}
+	return ys[0], nil
+}
+
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
 // times wᵀ, times the row's 1/rms) to x's function, for x [1, k] float32, g [k] and w
 // [n, k] bfloat16: one program per t.BN rows of w.

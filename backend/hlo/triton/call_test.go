@@ -117,3 +117,38 @@ func TestGEMVResidualCall(t *testing.T) {
 	_, err = GEMVResidualTTIR(1, 40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
 	require.ErrorContains(t, err, "only 1-row tiles")
 }
+
+// GEMVSwiGLUResidual checks its operands and emits one custom call of XLA's Triton
+// target whose kernel reads gate and up k apart, computes SwiGLU in float32 and rounds
+// it to bf16 before the product, and adds the residual.
+func TestGEMVSwiGLUResidualCall(t *testing.T) {
+	b := stablehlo.New("gemv_swiglu")
+	fn := b.Main()
+	gu, err := fn.NamedInput("gu", shapes.Make(dtypes.Float32, 1, 512))
+	require.NoError(t, err)
+	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
+	require.NoError(t, err)
+	r, err := fn.NamedInput("r", shapes.Make(dtypes.Float32, 1, 40))
+	require.NoError(t, err)
+	tile := Tile{BN: 8, BK: 128, Stages: 2}
+	_, err = GEMVSwiGLUResidual(r, w, r, tile)
+	require.ErrorContains(t, err, "want gu [1, 2k]")
+	y, err := GEMVSwiGLUResidual(gu, w, r, tile)
+	require.NoError(t, err)
+	require.NoError(t, fn.Return(y))
+	text, err := b.Build()
+	require.NoError(t, err)
+	program := string(text)
+	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
+	require.Contains(t, program, "grid_x = 5 : i32")
+	require.Contains(t, program, "-> tensor<1x40xf32>")
+
+	ir, err := GEMVSwiGLUResidualTTIR(40, 256, tile)
+	require.NoError(t, err)
+	require.Contains(t, ir, "%upoff = arith.constant dense<256> : tensor<128xi32>")
+	require.Contains(t, ir, "math.exp")
+	require.Equal(t, 1, strings.Count(ir, "arith.truncf"), "SwiGLU rounded once, to bf16")
+	require.Contains(t, ir, "%res = arith.addf %rv, %sum")
+	_, err = GEMVSwiGLUResidualTTIR(40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
+	require.ErrorContains(t, err, "only 1-row tiles")
+}

@@ -1,0 +1,79 @@
+package triton
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/compute/dtypes"
+)
+
+// GEMVSwiGLUResidualTTIR is the TTIR module of the kernel @gemm_swiglu: for one float32
+// row gu [2k] (gate, then up), W [n, k] bfloat16 and the float32 residual r [n],
+// y[n0:n0+bn] = r + bf16(gate·σ(gate)·up) · W[n0:n0+bn, :]ᵀ, float32, its arguments gu,
+// W, r and y in that order. That is model's down projection of swiGLU(gate/up) and the
+// residual add after it, with SwiGLU computed in float32 and rounded to bf16 as the
+// graph does (σ as 1/(1+exp(-x))), as each program loads its K step of gate and up:
+// SwiGLU's own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep.
+func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
+	if t.Dot {
+		return "", fmt.Errorf("triton: GEMV with SwiGLU: tile %v: only 1-row tiles", t)
+	}
+	if err := CheckGEMV(1, n, k, t, dtypes.Float32); err != nil {
+		return "", err
+	}
+	text := `module {
+  tt.func public @gemm_swiglu(%gu: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %c0 = arith.constant 0 : i32
+    %cK = arith.constant $K : i32
+    %cBK = arith.constant $BK : i32
+    %cBN = arith.constant $BN : i32
+    %pid = tt.get_program_id x : i32
+    %n0 = arith.muli %pid, %cBN : i32
+` + rowTile + `    %gbase = tt.splat %gu : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
+    %gp0 = tt.addptr %gbase, %rk : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+    %upoff = arith.constant dense<$K> : tensor<$BKxi32>
+    %up0 = tt.addptr %gp0, %upoff : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+    %one = arith.constant dense<1.000000e+00> : tensor<$BKxf32>
+    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
+    %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<$BNx$BKxf32>) : i32 {
+      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
+      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
+      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
+      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
+      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
+      %gk = tt.addptr %gp0, %kx : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+      %gv = tt.load %gk : tensor<$BKx!tt.ptr<f32>>
+      %uk = tt.addptr %up0, %kx : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
+      %uv = tt.load %uk : tensor<$BKx!tt.ptr<f32>>
+      %ng = arith.negf %gv : tensor<$BKxf32>
+      %eg = math.exp %ng : tensor<$BKxf32>
+      %den = arith.addf %one, %eg : tensor<$BKxf32>
+      %sig = arith.divf %one, %den : tensor<$BKxf32>
+      %silu = arith.mulf %gv, %sig : tensor<$BKxf32>
+      %sw = arith.mulf %silu, %uv : tensor<$BKxf32>
+      %swb = arith.truncf %sw : tensor<$BKxf32> to tensor<$BKxbf16>
+      %swf = arith.extf %swb : tensor<$BKxbf16> to tensor<$BKxf32>
+      %xe = tt.expand_dims %swf {axis = 0 : i32} : tensor<$BKxf32> -> tensor<1x$BKxf32>
+      %xb = tt.broadcast %xe : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
+      %p = arith.mulf %wf, %xb : tensor<$BNx$BKxf32>
+      %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
+      scf.yield %a1 : tensor<$BNx$BKxf32>
+    }$LOOPATTR
+    %sum = "tt.reduce"(%acc) <{axis = 1 : i32}> ({
+    ^bb0(%l: f32, %rr: f32):
+      %t = arith.addf %l, %rr : f32
+      tt.reduce.return %t : f32
+    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
+    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+    %rp = tt.addptr %rbase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    %rv = tt.load %rp : tensor<$BNx!tt.ptr<f32>>
+    %res = arith.addf %rv, %sum : tensor<$BNxf32>
+    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    tt.store %yp, %res : tensor<$BNx!tt.ptr<f32>>
+    tt.return
+  }
+}`
+	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
+		"$LOOPATTR", t.loopAttr()).Replace(text), nil
+}
