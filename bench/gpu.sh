@@ -34,7 +34,7 @@
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
-# (builds of other git refs, see bench/build-gpu.sh), tritonnorm (option triton=norm
+# (builds of other git refs, see bench/build-gpu.sh), tritonfold (option triton=fold
 # against ours), trace (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -96,7 +96,8 @@ hlodecoder() {
 
 # backend_config prints the GOMLX_BACKEND of a label of the hlo sections: XLA's backend,
 # ours bare (bdxla), with triton=gemv, triton=gemv-all, triton=gemv,triton=attention or
-# that and triton=norm (the norms folded into our 1-row GEMVs), each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
+# that and triton=fold (norms, SwiGLU and residual adds folded into our 1-row GEMVs),
+# each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
 # triton=gemv alone; runs BZ-CG: triton=attention ran our attention kernels at batch 1
 # and from batch 32 only, and bdxla-gemv-attention-all, triton=attention-all, at every
 # batch, as triton=attention does now).
@@ -107,7 +108,7 @@ backend_config() {
     bdxla-gemv) echo "bdxla:$plugin,preallocate=true,triton=gemv" ;;
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
-    bdxla-gemv-attention-norm) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=norm" ;;
+    bdxla-gemv-attention-fold) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold" ;;
     ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
   esac
 }
@@ -317,24 +318,24 @@ tritonattention() {
   done
 }
 
-tritonnorm() {
-  # Option triton=norm (the norms and residual adds folded into our 1-row GEMVs): its
+tritonfold() {
+  # Option triton=fold (norms, SwiGLU and residual adds folded into our 1-row GEMVs): its
   # GPU tests, then batch-1 steps over 528 slots and AR decoding at batch 1 on ours
   # without and with it, alternating, ROUNDS rounds (default 2), then a trace of its AR
   # step (~300 s).
-  section "triton=norm: GPU tests"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v -test.run 'TestTritonNorm' \
-    >"$OUT/tritonnorm-tests.log" 2>&1
-  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|folded - plain|Error:' "$OUT/tritonnorm-tests.log" | head -20
+  section "triton=fold: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v -test.run 'TestTritonFold' \
+    >"$OUT/tritonfold-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|folded - plain|Error:' "$OUT/tritonfold-tests.log" | head -20
   local round label
   for round in $(seq "${ROUNDS:-2}"); do
-    for label in bdxla-gemv-attention bdxla-gemv-attention-norm; do
+    for label in bdxla-gemv-attention bdxla-gemv-attention-fold; do
       section "steps and AR decoding on $label, round $round"
       AB_LABEL=$label steps_of .gpu/bin/bench
       AB_LABEL=$label DECODE=autoregressive DECODE_TIMEOUT=90 decodes .gpu/bin/bench
     done
   done
-  TRACE_LABEL=bdxla-gemv-attention-norm TRACE_STEPS=ar TRACE_PEER=0 TRACE_OPENER=gemm_norm TRACE_PER=2 trace
+  TRACE_LABEL=bdxla-gemv-attention-fold TRACE_STEPS=ar TRACE_PEER=0 TRACE_OPENER=gemm_norm TRACE_PER=2 trace
 }
 
 variants() {

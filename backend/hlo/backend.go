@@ -44,9 +44,9 @@ type Backend struct {
 	// tritonAttention runs the fused attentions of short windows over more keys as our
 	// Triton kernels (option "triton=attention", attention.go).
 	tritonAttention bool
-	// tritonNorm folds the RMSNorm before a dense layer of one row, and the residual add
-	// after one, into our Triton GEMVs (option "triton=norm", norm.go).
-	tritonNorm bool
+	// tritonFold folds the RMSNorm before a dense layer of one row, and the SwiGLU and
+	// residual add around one, into our Triton GEMVs (option "triton=fold", fold.go).
+	tritonFold bool
 	finalized  bool
 }
 
@@ -71,13 +71,13 @@ var _ compute.Backend = (*Backend)(nil)
 //     faster, the fused step 4-8 %, and decoding windows of 8 2-7 % faster at batches 8
 //     to 32 (BENCHMARKS.md, runs BZ-CG). It combines with the GEMV options:
 //     "triton=gemv,triton=attention";
-//   - "triton=norm", which folds the RMSNorm before a dense layer of one row (model's
+//   - "triton=fold", which folds the RMSNorm before a dense layer of one row (model's
 //     normed layers at the AR step, batch 1) into our Triton GEMV
 //     (triton.GEMVNormTTIR), and the residual add after a one-row product that our
 //     GEMV computes into that GEMV (triton.GEMVResidualTTIR), with the SwiGLU before
 //     it where the product is the down projection (triton.GEMVSwiGLUResidualTTIR):
 //     the norm's reduction, its product by the weight, SwiGLU and the add then need no
-//     kernel of their own (norm.go).
+//     kernel of their own (fold.go).
 //     Not yet measured on a GPU (BENCHMARKS.md).
 //
 // Unknown options, and values of triton other than these, are errors.
@@ -133,12 +133,12 @@ type options struct {
 	noTF32          bool                // "notf32"
 	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
 	tritonAttention bool                // "triton=attention"
-	tritonNorm      bool                // "triton=norm"
+	tritonFold      bool                // "triton=fold"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonNorm = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonNorm
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold
 }
 
 // parseOptions reads the options of a configuration, comma-separated.
@@ -169,13 +169,13 @@ func parseOptions(list string) (options, error) {
 				o.tritonGEMV = gemvAll
 			case "attention":
 				o.tritonAttention = true
-			case "norm":
-				o.tritonNorm = true
+			case "fold":
+				o.tritonFold = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=norm)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=norm)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold)", option)
 		}
 	}
 	return o, nil

@@ -44,7 +44,7 @@ type value struct {
 	fn     *Function
 	v      *stablehlo.Value
 	shape  shapes.Shape
-	origin *origin // how it was made, where normedProduct may need it (norm.go)
+	origin *origin // how it was made, where normedProduct may need it (fold.go)
 }
 
 // notImplemented is the error of every operation the package leaves out.
@@ -201,7 +201,7 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
 	out := f.wrap(v)
-	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.tritonNorm {
+	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.tritonFold {
 		scalar := float64(x[0])
 		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
 	}

@@ -437,20 +437,20 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	}
 }
 
-// The bf16 fixture models with triton=norm (and triton=gemv-all, so that our GEMV
+// The bf16 fixture models with triton=fold (and triton=gemv-all, so that our GEMV
 // computes their small products) give the plain backend's logits on the one-row
 // windows whose norms and residual adds it folds into our GEMVs (the AR step: a
 // session's steps and commits of one token), within TestTritonGEMVModelsMatch's
 // tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
 // another order.
-func TestTritonNormModelsMatch(t *testing.T) {
+func TestTritonFoldModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
-	withNorm, err := sharedTritonNorm()
+	withFold, err := sharedTritonFold()
 	require.NoError(t, err)
 	tokens := testTokens
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			worst := requireBF16WindowsMatch(t, withNorm, plain, dir,
+			worst := requireBF16WindowsMatch(t, withFold, plain, dir,
 				[]string{"step of 1", "commit of 1", "step of 1 after it"},
 				func(m *model.Model, add func([][]float32, error)) {
 					s, err := m.NewSession(32, 1)
@@ -467,12 +467,12 @@ func TestTritonNormModelsMatch(t *testing.T) {
 	}
 }
 
-var sharedTritonNorm = sync.OnceValues(func() (*hlo.Backend, error) {
+var sharedTritonFold = sync.OnceValues(func() (*hlo.Backend, error) {
 	b, err := sharedBackends()
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all,triton=norm")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all,triton=fold")
 })
 
 // The bf16 fixture models with triton=attention give the plain backend's logits on

@@ -131,15 +131,15 @@ func TestTritonAttentionInModels(t *testing.T) {
 	}
 }
 
-// With triton=norm, a bf16 fixture model's AR step (one token at batch 1) runs each
+// With triton=fold, a bf16 fixture model's AR step (one token at batch 1) runs each
 // normed dense layer as our GEMV with the norm folded in: qkv and gate/up in every
 // layer, and the head where the model scales none of its logits (not MiniCPM's
 // dim_model_base); and the residual adds after o and down, products our GEMV computes
 // with triton=gemv-all, in those GEMVs, where the model does not scale what it adds
 // (not MiniCPM's scale_depth), down's with SwiGLU before it. A window of 4 rows keeps
 // the plain products.
-func TestTritonNormInModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv-all,triton=norm")
+func TestTritonFoldInModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv-all,triton=fold")
 	require.NoError(t, err)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {

@@ -357,12 +357,12 @@ func TestTritonGEMVWhereFaster(t *testing.T) {
 	}
 }
 
-// With triton=norm, a normed dense layer of one row, built as model builds it, runs as
+// With triton=fold, a normed dense layer of one row, built as model builds it, runs as
 // our GEMV with the norm folded in, inside a While's body too (the decoder's loops),
 // with its weights read from the enclosing function. Near misses keep their ops: a
 // norm of another row, and a product by 1/sqrt instead of rsqrt.
-func TestTritonNormInWhile(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=norm")
+func TestTritonFoldInWhile(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=fold")
 	require.NoError(t, err)
 	f32, bf16 := dtypes.Float32, dtypes.BFloat16
 	inputs := []shapes.Shape{shapes.Make(f32, 1, 1, 64), shapes.Make(bf16, 64), shapes.Make(bf16, 128, 64)}

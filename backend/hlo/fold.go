@@ -14,7 +14,7 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// origin is how a value was made, kept (with option triton=norm) for normedProduct's
+// origin is how a value was made, kept (with option triton=fold) for normedProduct's
 // recognition of a dense layer after an RMSNorm and residualProduct's of a residual add
 // after one: the operation and its operands (unary and binary operations, reductions
 // with their axes), a constant scalar's value, or, for a dense product's output, its
@@ -30,10 +30,10 @@ type origin struct {
 	lowered bool     // whether our GEMV computes that product
 }
 
-// record notes, with option triton=norm, that out was made by op from args.
+// record notes, with option triton=fold, that out was made by op from args.
 func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.Value) {
 	v, ok := out.(*value)
-	if !f.builder.backend.tritonNorm || !ok {
+	if !f.builder.backend.tritonFold || !ok {
 		return
 	}
 	o := &origin{op: op}
@@ -148,13 +148,13 @@ func normWeightedOf(v, x *value) (g *value, ok bool) {
 // denseProduct records, on the output of DotGeneral, the dense bfloat16 product of one
 // row x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
 // with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
-// into and residualProduct a residual add (with option triton=norm); lowered says
+// into and residualProduct a residual add (with option triton=fold); lowered says
 // whether our GEMV computes it.
 func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
 	o, ok1 := out.(*value)
 	xv, ok2 := x.(*value)
 	wv, ok3 := w.(*value)
-	if !f.builder.backend.tritonNorm || !ok1 || !ok2 || !ok3 || xv.shape.DType != dtypes.BFloat16 || wv.shape.DType != dtypes.BFloat16 ||
+	if !f.builder.backend.tritonFold || !ok1 || !ok2 || !ok3 || xv.shape.DType != dtypes.BFloat16 || wv.shape.DType != dtypes.BFloat16 ||
 		wv.shape.Rank() != 2 || len(xBatch) != 0 || len(wBatch) != 0 || config.OutputDType != dtypes.Float32 ||
 		!slices.Equal(xContracting, []int{xv.shape.Rank() - 1}) || !slices.Equal(wContracting, []int{1}) ||
 		xv.shape.Size() != wv.shape.Dimensions[1] {
@@ -163,13 +163,13 @@ func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Va
 	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv, lowered: lowered}
 }
 
-// normedProduct returns, with option triton=norm, the product of lhs and rhs as one
+// normedProduct returns, with option triton=fold, the product of lhs and rhs as one
 // Triton kernel (triton.GEMVNorm) when they are model's normed dense layer of one row:
 // a dense product (denseProduct) of normWeighted(x, g) times invRMS(x), either way
 // round. The norm's own operations and the product it replaces are then left unused,
 // for XLA to remove. ok is false, with nothing added, for every other product.
 func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
-	if !f.builder.backend.tritonNorm {
+	if !f.builder.backend.tritonFold {
 		return nil, false, nil
 	}
 	l, ok1 := lhs.(*value)
@@ -268,7 +268,7 @@ func isHalf(s *value, h int) bool {
 	return true
 }
 
-// residualProduct returns, with option triton=norm, lhs + rhs as one Triton kernel
+// residualProduct returns, with option triton=fold, lhs + rhs as one Triton kernel
 // (triton.GEMVResidual) when one is a dense product of one row (denseProduct) that our
 // GEMV computes and the other a float32 residual of its shape, either way round:
 // model's residual add after its down projection, whose sum then needs no kernel of
@@ -277,7 +277,7 @@ func isHalf(s *value, h int) bool {
 // is left unused, for XLA to remove. ok is false, with nothing added, for every other
 // sum.
 func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
-	if !f.builder.backend.tritonNorm {
+	if !f.builder.backend.tritonFold {
 		return nil, false, nil
 	}
 	l, ok1 := lhs.(*value)
