@@ -44,10 +44,16 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 	}
 	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
 	ir, err := GEMVTTIR(m, n, k, t, out)
+	return callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+}
+
+// callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
+// its output y [m, n]; err, from writing ir, is returned as it is.
+func callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := Call("gemm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+	ys, err := Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}
@@ -65,14 +71,7 @@ func GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVResidualTTIR(1, n, k, t)
-	if err != nil {
-		return nil, err
-	}
-	ys, err := Call("gemm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
-	if err != nil {
-		return nil, err
-	}
-	return ys[0], nil
+	return callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // GEMVSwiGLUResidual appends y [1, n] = r + bf16(SwiGLU(gu))·wᵀ, float32, to gu's
@@ -87,14 +86,7 @@ func GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, er
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVSwiGLUResidualTTIR(n, k, t)
-	if err != nil {
-		return nil, err
-	}
-	ys, err := Call("gemm_swiglu", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
-	if err != nil {
-		return nil, err
-	}
-	return ys[0], nil
+	return callGEMV("gemm_swiglu", ir, err, t, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
@@ -109,14 +101,7 @@ func GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, er
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVNormTTIR(n, k, t, norm)
-	if err != nil {
-		return nil, err
-	}
-	ys, err := Call("gemm_norm", ir, n/t.BN, Warps, t.Stages, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
-	if err != nil {
-		return nil, err
-	}
-	return ys[0], nil
+	return callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // AttentionOutput appends our attention of a to q's function for q, k, v and bias as a

@@ -115,10 +115,7 @@ func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
 // r [m, n] to its sums: y = r + x·Wᵀ, its arguments x, W, r and y in that order. That
 // is model's residual add after a dense layer, which then needs no kernel of its own.
 func GEMVResidualTTIR(m, n, k int, t Tile) (string, error) {
-	if t.Dot {
-		return "", fmt.Errorf("triton: GEMV with a residual: tile %v: only 1-row tiles", t)
-	}
-	if err := CheckGEMV(m, n, k, t, dtypes.Float32); err != nil {
+	if err := checkRowTile("GEMV with a residual", m, n, k, t); err != nil {
 		return "", err
 	}
 	return rowsTTIR(m, n, k, t, dtypes.Float32, true), nil
@@ -218,16 +215,30 @@ func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 }
 
 // kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
-// $YT) and the constants and program offset n0 both start from.
+// $YT), then programStart.
 const kernelHead = `module {
   tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
+` + programStart
+
+// programStart follows the signature of every GEMV kernel: the constants of its K loop
+// and its program's offset %n0 into W's rows.
+const programStart = `    %c0 = arith.constant 0 : i32
     %cK = arith.constant $K : i32
     %cBK = arith.constant $BK : i32
     %cBN = arith.constant $BN : i32
     %pid = tt.get_program_id x : i32
     %n0 = arith.muli %pid, %cBN : i32
 `
+
+// checkRowTile says why a GEMV kernel of m rows and W [n, k] that only has the 1-row
+// loop (what names it in the error) cannot take tile t with a float32 output, or
+// returns nil.
+func checkRowTile(what string, m, n, k int, t Tile) error {
+	if t.Dot {
+		return fmt.Errorf("triton: %s: tile %v: only 1-row tiles", what, t)
+	}
+	return CheckGEMV(m, n, k, t, dtypes.Float32)
+}
 
 // rowTile follows the program offset %n0 in both 1-row kernels: its rows %rows of W
 // and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1.

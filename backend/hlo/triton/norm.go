@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-
-	"github.com/gomlx/compute/dtypes"
 )
 
 // Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
@@ -23,21 +21,12 @@ type Norm struct {
 // done as each program loads x: every program reads all of x anyway, so the norm's
 // own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep.
 func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
-	if t.Dot {
-		return "", fmt.Errorf("triton: GEMV with a norm: tile %v: only 1-row tiles", t)
-	}
-	if err := CheckGEMV(1, n, k, t, dtypes.Float32); err != nil {
+	if err := checkRowTile("GEMV with a norm", 1, n, k, t); err != nil {
 		return "", err
 	}
 	text := `module {
   tt.func public @gemm_norm(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-` + rowTile + `    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
+` + programStart + rowTile + `    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
     %gbase = tt.splat %g : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %gp0 = tt.addptr %gbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>

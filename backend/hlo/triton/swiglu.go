@@ -3,8 +3,6 @@ package triton
 import (
 	"fmt"
 	"strings"
-
-	"github.com/gomlx/compute/dtypes"
 )
 
 // GEMVSwiGLUResidualTTIR is the TTIR module of the kernel @gemm_swiglu: for one float32
@@ -15,21 +13,12 @@ import (
 // graph does (σ as 1/(1+exp(-x))), as each program loads its K step of gate and up:
 // SwiGLU's own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep.
 func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
-	if t.Dot {
-		return "", fmt.Errorf("triton: GEMV with SwiGLU: tile %v: only 1-row tiles", t)
-	}
-	if err := CheckGEMV(1, n, k, t, dtypes.Float32); err != nil {
+	if err := checkRowTile("GEMV with SwiGLU", 1, n, k, t); err != nil {
 		return "", err
 	}
 	text := `module {
   tt.func public @gemm_swiglu(%gu: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-` + rowTile + `    %gbase = tt.splat %gu : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
+` + programStart + rowTile + `    %gbase = tt.splat %gu : !tt.ptr<f32> -> tensor<$BKx!tt.ptr<f32>>
     %gp0 = tt.addptr %gbase, %rk : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
     %upoff = arith.constant dense<$K> : tensor<$BKxi32>
     %up0 = tt.addptr %gp0, %upoff : tensor<$BKx!tt.ptr<f32>>, tensor<$BKxi32>
