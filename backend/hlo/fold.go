@@ -163,25 +163,46 @@ func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Va
 	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv, lowered: lowered}
 }
 
+// foldCandidate is one way round of a binary operation's operands: product, a dense
+// product of one row (denseProduct) whose weight has a 1-row GEMV tile t, and other.
+type foldCandidate struct {
+	product, other *value
+	t              triton.Tile
+}
+
+// foldCandidates lists, with option triton=fold, the ways round of lhs and rhs that
+// are foldCandidates: none, one, or both when both are such products.
+func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
+	if !f.builder.backend.tritonFold {
+		return nil
+	}
+	l, ok1 := lhs.(*value)
+	r, ok2 := rhs.(*value)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	var cs []foldCandidate
+	for _, pair := range [][2]*value{{l, r}, {r, l}} {
+		product := pair[0]
+		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
+			continue
+		}
+		w := product.origin.w.shape.Dimensions
+		if t, ok := gemvTile(1, w[0], w[1]); ok && !t.Dot {
+			cs = append(cs, foldCandidate{product: product, other: pair[1], t: t})
+		}
+	}
+	return cs
+}
+
 // normedProduct returns, with option triton=fold, the product of lhs and rhs as one
 // Triton kernel (triton.GEMVNorm) when they are model's normed dense layer of one row:
 // a dense product (denseProduct) of normWeighted(x, g) times invRMS(x), either way
 // round. The norm's own operations and the product it replaces are then left unused,
 // for XLA to remove. ok is false, with nothing added, for every other product.
 func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
-	if !f.builder.backend.tritonFold {
-		return nil, false, nil
-	}
-	l, ok1 := lhs.(*value)
-	r, ok2 := rhs.(*value)
-	if !ok1 || !ok2 {
-		return nil, false, nil
-	}
-	for _, pair := range [][2]*value{{l, r}, {r, l}} {
-		product, inv := pair[0], pair[1]
-		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
-			continue
-		}
+	for _, c := range f.foldCandidates(lhs, rhs) {
+		product, inv := c.product, c.other
 		x, norm, ok := invRMSOf(inv)
 		if !ok || !slices.Equal(x.shape.Dimensions, product.origin.x.shape.Dimensions) {
 			continue
@@ -194,11 +215,7 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 			continue
 		}
 		w := product.origin.w
-		n, k := w.shape.Dimensions[0], w.shape.Dimensions[1]
-		t, ok := gemvTile(1, n, k)
-		if !ok || t.Dot {
-			continue
-		}
+		k := w.shape.Dimensions[1]
 		vs, err := f.operands(x, g, w)
 		if err != nil {
 			return nil, true, opError(compute.OpTypeMul, err)
@@ -207,7 +224,7 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		if err != nil {
 			return nil, true, opError(compute.OpTypeMul, err)
 		}
-		y, err := triton.GEMVNorm(row, vs[1], vs[2], t, norm)
+		y, err := triton.GEMVNorm(row, vs[1], vs[2], c.t, norm)
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))
 		}
@@ -277,26 +294,13 @@ func isHalf(s *value, h int) bool {
 // is left unused, for XLA to remove. ok is false, with nothing added, for every other
 // sum.
 func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
-	if !f.builder.backend.tritonFold {
-		return nil, false, nil
-	}
-	l, ok1 := lhs.(*value)
-	r, ok2 := rhs.(*value)
-	if !ok1 || !ok2 {
-		return nil, false, nil
-	}
-	for _, pair := range [][2]*value{{l, r}, {r, l}} {
-		product, residual := pair[0], pair[1]
-		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil || !product.origin.lowered ||
-			!residual.shape.Equal(product.shape) {
+	for _, c := range f.foldCandidates(lhs, rhs) {
+		product, residual := c.product, c.other
+		if !product.origin.lowered || !residual.shape.Equal(product.shape) {
 			continue
 		}
 		x, w := product.origin.x, product.origin.w
 		n, k := w.shape.Dimensions[0], w.shape.Dimensions[1]
-		t, ok := gemvTile(1, n, k)
-		if !ok || t.Dot {
-			continue
-		}
 		gu, swiGLU := swiGLUOf(x)
 		input, inputShape := x, xshapes.Make(dtypes.BFloat16, 1, k)
 		if swiGLU {
@@ -315,9 +319,9 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		switch {
 		case err != nil:
 		case swiGLU:
-			y, err = triton.GEMVSwiGLUResidual(row, vs[1], sum, t)
+			y, err = triton.GEMVSwiGLUResidual(row, vs[1], sum, c.t)
 		default:
-			y, err = triton.GEMVResidual(row, vs[1], sum, t)
+			y, err = triton.GEMVResidual(row, vs[1], sum, c.t)
 		}
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))
