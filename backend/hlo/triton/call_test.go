@@ -3,6 +3,7 @@
 package triton
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,15 +16,10 @@ import (
 // GEMV checks its operands and tile, and emits one custom call of XLA's Triton target
 // with the kernel's grid and output.
 func TestGEMVCall(t *testing.T) {
-	b := stablehlo.New("gemv")
-	fn := b.Main()
-	x, err := fn.NamedInput("x", shapes.Make(dtypes.BFloat16, 3, 256))
-	require.NoError(t, err)
-	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
-	require.NoError(t, err)
-	x32, err := fn.NamedInput("x32", shapes.Make(dtypes.Float32, 3, 256))
-	require.NoError(t, err)
-	_, err = GEMV(x32, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
+	fn, in := inputs(t, "gemv", shapes.Make(dtypes.BFloat16, 3, 256), shapes.Make(dtypes.BFloat16, 40, 256),
+		shapes.Make(dtypes.Float32, 3, 256))
+	x, w, x32 := in[0], in[1], in[2]
+	_, err := GEMV(x32, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "both bfloat16")
 	_, err = GEMV(w, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "at 40 rows")
@@ -31,30 +27,47 @@ func TestGEMVCall(t *testing.T) {
 	require.ErrorContains(t, err, "does not divide")
 	y, err := GEMV(x, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.NoError(t, err)
+	program := requireOneCall(t, fn, y, "-> tensor<3x40xf32>")
+	require.Contains(t, program, "num_warps = 4 : i32")
+}
+
+// inputs starts the main function of a program name with inputs of shapes ins.
+func inputs(t *testing.T, name string, ins ...shapes.Shape) (*stablehlo.Function, []*stablehlo.Value) {
+	t.Helper()
+	fn := stablehlo.New(name).Main()
+	vs := make([]*stablehlo.Value, len(ins))
+	for i, s := range ins {
+		var err error
+		vs[i], err = fn.NamedInput(fmt.Sprintf("in%d", i), s)
+		require.NoError(t, err)
+	}
+	return fn, vs
+}
+
+// requireOneCall returns y from fn and requires its program to hold one custom call of
+// XLA's Triton target, on a grid of 5 programs, with result (its result type) in it.
+// It returns the program's text.
+func requireOneCall(t *testing.T, fn *stablehlo.Function, y *stablehlo.Value, result string) string {
+	t.Helper()
 	require.NoError(t, fn.Return(y))
-	text, err := b.Build()
+	text, err := fn.Builder.Build()
 	require.NoError(t, err)
 	program := string(text)
 	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
 	require.Contains(t, program, "grid_x = 5 : i32")
-	require.Contains(t, program, "num_warps = 4 : i32")
-	require.Contains(t, program, "-> tensor<3x40xf32>")
+	require.Contains(t, program, result)
+	return program
 }
 
 // GEMVNorm checks its operands and emits one custom call of XLA's Triton target whose
 // kernel folds the norm: x·g rounded to bf16 in the loop, its 1/rms from the exact bits
 // of the graph's constants.
 func TestGEMVNormCall(t *testing.T) {
-	b := stablehlo.New("gemv_norm")
-	fn := b.Main()
-	x, err := fn.NamedInput("x", shapes.Make(dtypes.Float32, 1, 256))
-	require.NoError(t, err)
-	g, err := fn.NamedInput("g", shapes.Make(dtypes.BFloat16, 256))
-	require.NoError(t, err)
-	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
-	require.NoError(t, err)
+	fn, in := inputs(t, "gemv_norm", shapes.Make(dtypes.Float32, 1, 256), shapes.Make(dtypes.BFloat16, 256),
+		shapes.Make(dtypes.BFloat16, 40, 256))
+	x, g, w := in[0], in[1], in[2]
 	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
-	_, err = GEMVNorm(w, g, w, tile, norm)
+	_, err := GEMVNorm(w, g, w, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
 	_, err = GEMVNorm(x, x, w, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
@@ -62,13 +75,7 @@ func TestGEMVNormCall(t *testing.T) {
 	require.ErrorContains(t, err, "does not divide")
 	y, err := GEMVNorm(x, g, w, tile, norm)
 	require.NoError(t, err)
-	require.NoError(t, fn.Return(y))
-	text, err := b.Build()
-	require.NoError(t, err)
-	program := string(text)
-	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
-	require.Contains(t, program, "grid_x = 5 : i32")
-	require.Contains(t, program, "-> tensor<1x40xf32>")
+	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
 	ir, err := GEMVNormTTIR(40, 256, tile, norm)
 	require.NoError(t, err)
@@ -84,26 +91,15 @@ func TestGEMVNormCall(t *testing.T) {
 // GEMVResidual checks its operands and emits one custom call of XLA's Triton target
 // whose kernel takes the residual after W and adds it to its sums.
 func TestGEMVResidualCall(t *testing.T) {
-	b := stablehlo.New("gemv_residual")
-	fn := b.Main()
-	x, err := fn.NamedInput("x", shapes.Make(dtypes.BFloat16, 1, 256))
-	require.NoError(t, err)
-	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
-	require.NoError(t, err)
-	r, err := fn.NamedInput("r", shapes.Make(dtypes.Float32, 1, 40))
-	require.NoError(t, err)
+	fn, in := inputs(t, "gemv_residual", shapes.Make(dtypes.BFloat16, 1, 256), shapes.Make(dtypes.BFloat16, 40, 256),
+		shapes.Make(dtypes.Float32, 1, 40))
+	x, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err = GEMVResidual(x, w, x, tile)
+	_, err := GEMVResidual(x, w, x, tile)
 	require.ErrorContains(t, err, "r [1, n] float32")
 	y, err := GEMVResidual(x, w, r, tile)
 	require.NoError(t, err)
-	require.NoError(t, fn.Return(y))
-	text, err := b.Build()
-	require.NoError(t, err)
-	program := string(text)
-	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
-	require.Contains(t, program, "grid_x = 5 : i32")
-	require.Contains(t, program, "-> tensor<1x40xf32>")
+	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
 	ir, err := GEMVResidualTTIR(1, 40, 256, tile)
 	require.NoError(t, err)
@@ -122,26 +118,15 @@ func TestGEMVResidualCall(t *testing.T) {
 // target whose kernel reads gate and up k apart, computes SwiGLU in float32 and rounds
 // it to bf16 before the product, and adds the residual.
 func TestGEMVSwiGLUResidualCall(t *testing.T) {
-	b := stablehlo.New("gemv_swiglu")
-	fn := b.Main()
-	gu, err := fn.NamedInput("gu", shapes.Make(dtypes.Float32, 1, 512))
-	require.NoError(t, err)
-	w, err := fn.NamedInput("w", shapes.Make(dtypes.BFloat16, 40, 256))
-	require.NoError(t, err)
-	r, err := fn.NamedInput("r", shapes.Make(dtypes.Float32, 1, 40))
-	require.NoError(t, err)
+	fn, in := inputs(t, "gemv_swiglu", shapes.Make(dtypes.Float32, 1, 512), shapes.Make(dtypes.BFloat16, 40, 256),
+		shapes.Make(dtypes.Float32, 1, 40))
+	gu, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err = GEMVSwiGLUResidual(r, w, r, tile)
+	_, err := GEMVSwiGLUResidual(r, w, r, tile)
 	require.ErrorContains(t, err, "want gu [1, 2k]")
 	y, err := GEMVSwiGLUResidual(gu, w, r, tile)
 	require.NoError(t, err)
-	require.NoError(t, fn.Return(y))
-	text, err := b.Build()
-	require.NoError(t, err)
-	program := string(text)
-	require.Equal(t, 1, strings.Count(program, `"`+Target+`"`))
-	require.Contains(t, program, "grid_x = 5 : i32")
-	require.Contains(t, program, "-> tensor<1x40xf32>")
+	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
 	ir, err := GEMVSwiGLUResidualTTIR(40, 256, tile)
 	require.NoError(t, err)
