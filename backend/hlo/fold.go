@@ -20,14 +20,13 @@ import (
 // with their axes), a constant scalar's value, or, for a dense product's output, its
 // input and weight.
 type origin struct {
-	op      compute.OpType
-	args    []*value
-	axes    []int // a reduction's
-	starts  []int // a slice's of strides 1, with limits
-	limits  []int
-	scalar  *float64 // a float32 constant scalar's
-	x, w    *value   // a dense product's (denseProduct)
-	lowered bool     // whether our GEMV computes that product
+	op     compute.OpType
+	args   []*value
+	axes   []int // a reduction's
+	starts []int // a slice's of strides 1, with limits
+	limits []int
+	scalar *float64 // a float32 constant scalar's
+	x, w   *value   // a dense product's (denseProduct)
 }
 
 // record notes, with option triton=fold, that out was made by op from args.
@@ -148,9 +147,9 @@ func normWeightedOf(v, x *value) (g *value, ok bool) {
 // denseProduct records, on the output of DotGeneral, the dense bfloat16 product of one
 // row x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
 // with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
-// into and residualProduct a residual add (with option triton=fold); lowered says
-// whether our GEMV computes it.
-func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
+// into and residualProduct a residual add (with option triton=fold), whether or not
+// our GEMV computes it.
+func (f *Function) denseProduct(out compute.Value, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
 	o, ok1 := out.(*value)
 	xv, ok2 := x.(*value)
 	wv, ok3 := w.(*value)
@@ -160,7 +159,7 @@ func (f *Function) denseProduct(out compute.Value, lowered bool, x, w compute.Va
 		xv.shape.Size() != wv.shape.Dimensions[1] {
 		return
 	}
-	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv, lowered: lowered}
+	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv}
 }
 
 // foldCandidate is one way round of a binary operation's operands: product, a dense
@@ -286,17 +285,18 @@ func isHalf(s *value, h int) bool {
 }
 
 // residualProduct returns, with option triton=fold, lhs + rhs as one Triton kernel
-// (triton.GEMVResidual) when one is a dense product of one row (denseProduct) that our
-// GEMV computes and the other a float32 residual of its shape, either way round:
-// model's residual add after its down projection, whose sum then needs no kernel of
-// its own. Where the product's input is swiGLU of the gate/up projection (swiGLUOf),
+// (triton.GEMVResidual) when one is a dense product of one row (denseProduct) and the
+// other a float32 residual of its shape, either way round: model's residual adds after
+// its o and down projections, whose sums then need no kernel of their own. That holds
+// for o too, which option triton=gemv leaves to XLA's dot: XLA fuses its dot with the
+// add only when an XLA kernel (the norm) reads the sum, not our GEMV with the norm. Where the product's input is swiGLU of the gate/up projection (swiGLUOf),
 // the kernel computes that too (triton.GEMVSwiGLUResidual). The product it replaces
 // is left unused, for XLA to remove. ok is false, with nothing added, for every other
 // sum.
 func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
 	for _, c := range f.foldCandidates(lhs, rhs) {
 		product, residual := c.product, c.other
-		if !product.origin.lowered || !residual.shape.Equal(product.shape) {
+		if !residual.shape.Equal(product.shape) {
 			continue
 		}
 		x, w := product.origin.x, product.origin.w

@@ -134,44 +134,47 @@ func TestTritonAttentionInModels(t *testing.T) {
 // With triton=fold, a bf16 fixture model's AR step (one token at batch 1) runs each
 // normed dense layer as our GEMV with the norm folded in: qkv and gate/up in every
 // layer, and the head where the model scales none of its logits (not MiniCPM's
-// dim_model_base); and the residual adds after o and down, products our GEMV computes
-// with triton=gemv-all, in those GEMVs, where the model does not scale what it adds
-// (not MiniCPM's scale_depth), down's with SwiGLU before it. A window of 4 rows keeps
-// the plain products.
+// dim_model_base); and the residual adds after o and down in those GEMVs, where the
+// model does not scale what it adds (not MiniCPM's scale_depth), down's with SwiGLU
+// before it. That holds whether or not our GEMV computes the plain products
+// (triton=gemv-all, or triton=gemv, which leaves these small ones to XLA). A window of
+// 4 rows keeps the plain products.
 func TestTritonFoldInModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv-all,triton=fold")
-	require.NoError(t, err)
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
-			require.NoError(t, err)
-			cfg := m.Config
-			require.NoError(t, m.Close())
-			minicpm := cfg.Architecture == model.ArchMiniCPM
-			wantNormed, wantResidual := 2*cfg.NumLayers, 2*cfg.NumLayers
-			if !minicpm || cfg.DimModelBase == float64(cfg.HiddenSize) {
-				wantNormed++
-			}
-			if minicpm && cfg.ScaleDepth != math.Sqrt(float64(cfg.NumLayers)) {
-				wantResidual = 0
-			}
-			count := func(text, signature string) (n int) {
-				for _, c := range tritonCalls(text) {
-					if strings.Contains(c, signature) {
-						n++
-					}
+	for _, options := range []string{"triton=gemv-all,triton=fold", "triton=gemv,triton=fold"} {
+		b, err := hlo.NewBuildOnlyWith(options)
+		require.NoError(t, err)
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
+				m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+				require.NoError(t, err)
+				cfg := m.Config
+				require.NoError(t, m.Close())
+				minicpm := cfg.Architecture == model.ArchMiniCPM
+				wantNormed, wantResidual := 2*cfg.NumLayers, 2*cfg.NumLayers
+				if !minicpm || cfg.DimModelBase == float64(cfg.HiddenSize) {
+					wantNormed++
 				}
-				return n
-			}
-			const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
-			text, _ := windowText(t, b, dir, 1, 1)
-			require.Equal(t, wantNormed, count(text, normed))
-			require.Equal(t, wantResidual, count(text, residual))
-			require.Equal(t, wantResidual/2, count(text, swiGLU))
-			text, _ = windowText(t, b, dir, 1, 4)
-			require.Zero(t, count(text, normed))
-			require.Zero(t, count(text, residual))
-		})
+				if minicpm && cfg.ScaleDepth != math.Sqrt(float64(cfg.NumLayers)) {
+					wantResidual = 0
+				}
+				count := func(text, signature string) (n int) {
+					for _, c := range tritonCalls(text) {
+						if strings.Contains(c, signature) {
+							n++
+						}
+					}
+					return n
+				}
+				const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
+				text, _ := windowText(t, b, dir, 1, 1)
+				require.Equal(t, wantNormed, count(text, normed))
+				require.Equal(t, wantResidual, count(text, residual))
+				require.Equal(t, wantResidual/2, count(text, swiGLU))
+				text, _ = windowText(t, b, dir, 1, 4)
+				require.Zero(t, count(text, normed))
+				require.Zero(t, count(text, residual))
+			})
+		}
 	}
 }
 

@@ -345,21 +345,20 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	out, lowered, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	if err == nil {
-		f.denseProduct(out, lowered, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	}
 	return out, err
 }
 
 // dotGeneral is DotGeneral of the operands vs: our Triton GEMV where tritonGEMV lowers
-// it (lowered), else stablehlo.dot_general.
+// it, else stablehlo.dot_general.
 func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
-	config compute.DotGeneralConfig) (out compute.Value, lowered bool, err error) {
+	config compute.DotGeneralConfig) (compute.Value, error) {
 	op := compute.OpTypeDotGeneral
 	if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes, config); ok {
-		out, err := f.result(op, v, err)
-		return out, true, err
+		return f.result(op, v, err)
 	}
 	preferred := vs[0].Shape().DType
 	if config.AccumulatorDType != dtypes.InvalidDType {
@@ -376,8 +375,7 @@ func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatc
 	if err == nil && config.OutputDType != dtypes.InvalidDType && config.OutputDType != preferred {
 		v, err = stablehlo.Convert(v, config.OutputDType)
 	}
-	out, err = f.result(op, v, err)
-	return out, false, err
+	return f.result(op, v, err)
 }
 
 // Gather implements compute.StandardOps (no batching axes).

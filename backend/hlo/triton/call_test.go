@@ -130,7 +130,7 @@ func TestGEMVSwiGLUResidualCall(t *testing.T) {
 
 	ir, err := GEMVSwiGLUResidualTTIR(40, 256, tile)
 	require.NoError(t, err)
-	require.Contains(t, ir, "%upoff = arith.constant dense<256> : tensor<128xi32>")
+	require.Contains(t, ir, "%upoff = arith.constant dense<256> : tensor<1x128xi32>")
 	require.Contains(t, ir, "math.exp")
 	require.Equal(t, 1, strings.Count(ir, "arith.truncf"), "SwiGLU rounded once, to bf16")
 	require.Contains(t, ir, "%res = arith.addf %rv, %sum")
