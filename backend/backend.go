@@ -50,8 +50,10 @@ const InPlaceMarker = "~output="
 // triton=gemv runs the 1-row products our Triton GEMV measured faster; triton=attention
 // runs the attention of windows over the cache as our Triton kernels where they
 // measured faster (batch 1: the AR step 8-9 % faster, the fused step 4-8 %; batches of
-// 32 and more; BENCHMARKS.md runs BV-CD).
-const cudaOptions = ",preallocate=true,triton=gemv,triton=attention"
+// 32 and more; BENCHMARKS.md runs BV-CD); triton=fold folds the norms, SwiGLU and the
+// residual adds of one-row products into those GEMVs (the AR step at batch 1 5 %
+// faster, runs CJ-CL).
+const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {

@@ -100,7 +100,7 @@ hlodecoder() {
 # each preallocating; "ours" is what backend.Select picks on CUDA (runs before BW:
 # triton=gemv alone; runs BZ-CG: triton=attention ran our attention kernels at batch 1
 # and from batch 32 only, and bdxla-gemv-attention-all, triton=attention-all, at every
-# batch, as triton=attention does now).
+# batch, as triton=attention does now; runs before CM: without triton=fold).
 backend_config() {
   case $1 in
     xla) echo "$XLA_BF16" ;;
@@ -109,7 +109,7 @@ backend_config() {
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
     bdxla-gemv-attention-fold) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold" ;;
-    ours) backend_config bdxla-gemv-attention ;; # what backend.Select picks on CUDA
+    ours) backend_config bdxla-gemv-attention-fold ;; # what backend.Select picks on CUDA
   esac
 }
 

@@ -19,10 +19,11 @@
 // H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
 // product of 1 to 8 rows the kernel can compute), and "triton=attention", which runs
 // the attention of bfloat16 decoding windows over their cache as our own split-key
-// Triton kernel and a second one that combines its splits, at every batch size. For
-// example:
+// Triton kernel and a second one that combines its splits, at every batch size, and
+// "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
+// products into those GEMVs (fold.go). For example:
 //
-//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention"
+//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold"
 //
 // Only the plugin's first device is used. [NewBuildOnly] and [NewBuildOnlyWith] make a
 // backend that builds programs without a plugin, for tests and for reading the
