@@ -240,8 +240,9 @@ func checkRowTile(what string, m, n, k int, t Tile) error {
 	return CheckGEMV(m, n, k, t, dtypes.Float32)
 }
 
-// rowTile follows the program offset %n0 in both 1-row kernels: its rows %rows of W
-// and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1.
+// rowTile follows the program offset %n0 in every 1-row kernel: its rows %rows of W
+// and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1
+// ([BK]; %rk2 the same as [1, BK]).
 const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
     %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
     %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
