@@ -168,11 +168,7 @@ func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 `)
 	b.WriteString(`    %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
     $ACCS = scf.for %k = %c0 to %cK step %cBK iter_args($ITERARGS) -> ($TYPES) : i32 {
-      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
+` + wTile + `      %kx = tt.splat %k : i32 -> tensor<$BKxi32>
 `)
 	perRow(`      %xk$m = tt.addptr %xrow$m, %kx : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
       %xv$m = tt.load %xk$m : tensor<$BKx!tt.ptr<bf16>>
@@ -209,9 +205,9 @@ func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 	b.WriteString(`    tt.return
   }
 }`)
-	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
-		"$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"), "$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "),
-		"$YIELDS", rowList("%%s%d"), "$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(b.String())
+	return rowKernel(b.String(), k, t, "$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"),
+		"$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "), "$YIELDS", rowList("%%s%d"),
+		"$YT", elementType(out))
 }
 
 // kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
@@ -257,6 +253,43 @@ const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : te
     %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
     %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
 `
+
+// wTile opens the K loop of every 1-row kernel: W's [BN, BK] tile of step %k, as
+// float32 %wf.
+const wTile = `      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
+      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
+      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
+      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
+`
+
+// sumTile reduces a 1-row kernel's accumulator acc [BN, BK] after its K loop to its
+// rows' sums %sum [BN].
+func sumTile(acc string) string {
+	return `    %sum = "tt.reduce"(` + acc + `) <{axis = 1 : i32}> ({
+    ^bb0(%l: f32, %rr: f32):
+      %t = arith.addf %l, %rr : f32
+      tt.reduce.return %t : f32
+    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
+`
+}
+
+// storeRows ends a 1-row kernel of a float32 y: it stores y [BN] at its rows of y.
+func storeRows(y string) string {
+	return `    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    tt.store %yp, ` + y + ` : tensor<$BNx!tt.ptr<f32>>
+    tt.return
+  }
+}`
+}
+
+// rowKernel fills in the text of a 1-row kernel of W [n, k] and tile t: $K, $BN, $BK
+// and $LOOPATTR, then each pair of extra (placeholder, value).
+func rowKernel(text string, k int, t Tile, extra ...string) string {
+	pairs := append([]string{"$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
+		"$LOOPATTR", t.loopAttr()}, extra...)
+	return strings.NewReplacer(pairs...).Replace(text)
+}
 
 // loopAttr marks the K loop of a kernel of t pipelined Stages deep: without it, Triton
 // pipelines no load of a loop that has no tt.dot.

@@ -3,7 +3,6 @@ package triton
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
@@ -36,11 +35,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
     %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
     %zerok = arith.constant dense<0.000000e+00> : tensor<1x$BKxf32>
     %loop:2 = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero, %q = %zerok) -> (tensor<$BNx$BKxf32>, tensor<1x$BKxf32>) : i32 {
-      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-      %kx = tt.splat %k : i32 -> tensor<1x$BKxi32>
+` + wTile + `      %kx = tt.splat %k : i32 -> tensor<1x$BKxi32>
       %xk = tt.addptr %xp0, %kx : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
       %xv = tt.load %xk : tensor<1x$BKx!tt.ptr<f32>>
       %gk = tt.addptr %gp0, %kx : tensor<1x$BKx!tt.ptr<bf16>>, tensor<1x$BKxi32>
@@ -58,12 +53,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
       scf.yield %a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>
     }$LOOPATTR
-    %sum = "tt.reduce"(%loop#0) <{axis = 1 : i32}> ({
-    ^bb0(%l: f32, %r: f32):
-      %t = arith.addf %l, %r : f32
-      tt.reduce.return %t : f32
-    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
-    %ss = "tt.reduce"(%loop#1) <{axis = 1 : i32}> ({
+` + sumTile("%loop#0") + `    %ss = "tt.reduce"(%loop#1) <{axis = 1 : i32}> ({
     ^bb0(%l2: f32, %r2: f32):
       %t2 = arith.addf %l2, %r2 : f32
       tt.reduce.return %t2 : f32
@@ -77,14 +67,8 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
     %inv = math.rsqrt %var : tensor<1xf32>
     %invs = tt.broadcast %inv : tensor<1xf32> -> tensor<$BNxf32>
     %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
-    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
-    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
-    tt.store %yp, %yv : tensor<$BNx!tt.ptr<f32>>
-    tt.return
-  }
-}`
-	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
-		"$LOOPATTR", t.loopAttr(), "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)).Replace(text), nil
+` + storeRows("%yv")
+	return rowKernel(text, k, t, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
 }
 
 // f32Literal writes x as an MLIR float literal of its exact bits (hexadecimal).

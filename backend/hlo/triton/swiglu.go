@@ -1,10 +1,5 @@
 package triton
 
-import (
-	"fmt"
-	"strings"
-)
-
 // GEMVSwiGLUResidualTTIR is the TTIR module of the kernel @gemm_swiglu: for one float32
 // row gu [2k] (gate, then up), W [n, k] bfloat16 and the float32 residual r [n],
 // y[n0:n0+bn] = r + bf16(gate·σ(gate)·up) · W[n0:n0+bn, :]ᵀ, float32, its arguments gu,
@@ -26,11 +21,7 @@ func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
     %one = arith.constant dense<1.000000e+00> : tensor<1x$BKxf32>
     %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
     %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<$BNx$BKxf32>) : i32 {
-      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-      %kx = tt.splat %k : i32 -> tensor<1x$BKxi32>
+` + wTile + `      %kx = tt.splat %k : i32 -> tensor<1x$BKxi32>
       %gk = tt.addptr %gp0, %kx : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
       %gv = tt.load %gk : tensor<1x$BKx!tt.ptr<f32>>
       %uk = tt.addptr %up0, %kx : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
@@ -48,21 +39,10 @@ func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
       scf.yield %a1 : tensor<$BNx$BKxf32>
     }$LOOPATTR
-    %sum = "tt.reduce"(%acc) <{axis = 1 : i32}> ({
-    ^bb0(%l: f32, %rr: f32):
-      %t = arith.addf %l, %rr : f32
-      tt.reduce.return %t : f32
-    }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
-    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+` + sumTile("%acc") + `    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
     %rp = tt.addptr %rbase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
     %rv = tt.load %rp : tensor<$BNx!tt.ptr<f32>>
     %res = arith.addf %rv, %sum : tensor<$BNxf32>
-    %ybase = tt.splat %y : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
-    %yp = tt.addptr %ybase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
-    tt.store %yp, %res : tensor<$BNx!tt.ptr<f32>>
-    tt.return
-  }
-}`
-	return strings.NewReplacer("$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
-		"$LOOPATTR", t.loopAttr()).Replace(text), nil
+` + storeRows("%res")
+	return rowKernel(text, k, t), nil
 }
