@@ -157,22 +157,14 @@ func TestTritonFoldInModels(t *testing.T) {
 				if minicpm && cfg.ScaleDepth != math.Sqrt(float64(cfg.NumLayers)) {
 					wantResidual = 0
 				}
-				count := func(text, signature string) (n int) {
-					for _, c := range tritonCalls(text) {
-						if strings.Contains(c, signature) {
-							n++
-						}
-					}
-					return n
-				}
 				const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
 				text, _ := windowText(t, b, dir, 1, 1)
-				require.Equal(t, wantNormed, count(text, normed))
-				require.Equal(t, wantResidual, count(text, residual))
-				require.Equal(t, wantResidual/2, count(text, swiGLU))
+				require.Equal(t, wantNormed, tritonCallsWith(text, normed))
+				require.Equal(t, wantResidual, tritonCallsWith(text, residual))
+				require.Equal(t, wantResidual/2, tritonCallsWith(text, swiGLU))
 				text, _ = windowText(t, b, dir, 1, 4)
-				require.Zero(t, count(text, normed))
-				require.Zero(t, count(text, residual))
+				require.Zero(t, tritonCallsWith(text, normed))
+				require.Zero(t, tritonCallsWith(text, residual))
 			})
 		}
 	}
