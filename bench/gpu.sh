@@ -34,8 +34,8 @@
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
-# (builds of other git refs, see bench/build-gpu.sh), tritonfold (option triton=fold
-# against ours), trace (in-graph kernel times,
+# (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
+# option triton=fold and without it), trace (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
 # two.
@@ -321,7 +321,7 @@ tritonattention() {
 tritonfold() {
   # Option triton=fold (norms, SwiGLU and residual adds folded into our 1-row GEMVs): its
   # GPU tests, then batch-1 steps over 528 slots and AR decoding at batch 1 on ours
-  # without and with it, alternating, ROUNDS rounds (default 2), then a trace of its AR
+  # without it (bdxla-gemv-attention) and with it (ours since run CM), alternating, ROUNDS rounds (default 2), then a trace of its AR
   # step (~300 s).
   section "triton=fold: GPU tests"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v -test.run 'TestTritonFold' \
