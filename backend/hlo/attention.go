@@ -326,7 +326,7 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
-// Triton kernels (triton.AttentionOutput).
+// Triton kernels (triton.Kernels.AttentionOutput).
 func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner
@@ -337,7 +337,7 @@ func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) 
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	out, err := triton.AttentionOutput(vs[0], vs[1], vs[2], vs[3], lens[0], a)
+	out, err := f.builder.backend.kernels().AttentionOutput(vs[0], vs[1], vs[2], vs[3], lens[0], a)
 	if err != nil {
 		return nil, opError(op, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/go-xla/pjrt"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 // BackendName is the name the backend registers under with [compute.Register]
@@ -47,7 +49,10 @@ type Backend struct {
 	// tritonFold folds the RMSNorm before a dense layer of one row, and the SwiGLU and
 	// residual add around one, into our Triton GEMVs (option "triton=fold", fold.go).
 	tritonFold bool
-	finalized  bool
+	// tritonPDL launches our Triton kernels with programmatic dependent launch (option
+	// "triton=pdl", where the device can: see [triton.Kernels]).
+	tritonPDL bool
+	finalized bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -65,7 +70,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     can compute (for tests and measurements);
 //   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
 //     query rows per key/value head over more keys (a decoding window over its cache)
-//     as our own Triton kernels (triton.AttentionOutput), declining the shapes they do
+//     as our own Triton kernels (triton.Kernels.AttentionOutput), declining the shapes they do
 //     not take rather than use cuDNN's, and makes the model ask for it
 //     ([Backend.FusedAttentionOverCache]): on the H200 at batch 1 the AR step 8-9 %
 //     faster, the fused step 4-8 %, and decoding windows of 8 2-7 % faster at batches 8
@@ -79,7 +84,13 @@ var _ compute.Backend = (*Backend)(nil)
 //     norm's reduction, its product by the weight, SwiGLU and the add then need no
 //     kernel of their own (fold.go). On the H200 the AR step at batch 1 is 5 % faster
 //     with it (BENCHMARKS.md, runs CJ-CL). Backend selection on CUDA uses
-//     "triton=gemv,triton=attention,triton=fold".
+//     "triton=gemv,triton=attention,triton=fold";
+//   - "triton=pdl", which has our Triton kernels take part in programmatic dependent
+//     launch where the device has compute capability 9.0 or later (nothing on
+//     others): each waits for the kernels before it at its start and lets the next
+//     one launch once its main loop is done (triton.Kernels). On the H200 the AR step
+//     at batch 1 is 3-4 % faster with it (BENCHMARKS.md, runs CT and CU). Backend
+//     selection on CUDA uses "triton=gemv,triton=attention,triton=fold,triton=pdl".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -106,6 +117,7 @@ func New(config string) (*Backend, error) {
 	}
 	b := &Backend{plugin: plugin, client: client, device: devices[0]}
 	opts.apply(b)
+	b.tritonPDL = b.tritonPDL && b.launchesPDL()
 	return b, nil
 }
 
@@ -135,11 +147,12 @@ type options struct {
 	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
 	tritonAttention bool                // "triton=attention"
 	tritonFold      bool                // "triton=fold"
+	tritonPDL       bool                // "triton=pdl"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL
 }
 
 // parseOptions reads the options of a configuration, comma-separated.
@@ -172,15 +185,26 @@ func parseOptions(list string) (options, error) {
 				o.tritonAttention = true
 			case "fold":
 				o.tritonFold = true
+			case "pdl":
+				o.tritonPDL = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl)", option)
 		}
 	}
 	return o, nil
 }
+
+// launchesPDL reports whether b's device can run kernels under programmatic dependent
+// launch: a CUDA device of compute capability 9.0 or later.
+func (b *Backend) launchesPDL() bool {
+	return b.plugin.IsCUDA() && cudaComputeCapability(b.device.LocalHardwareID()) >= 9
+}
+
+// kernels appends our Triton kernels as b's options say.
+func (b *Backend) kernels() triton.Kernels { return triton.Kernels{PDL: b.tritonPDL} }
 
 // buildOnly reports whether b was made by NewBuildOnly.
 func (b *Backend) buildOnly() bool { return b.client == nil }

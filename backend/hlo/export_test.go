@@ -12,6 +12,7 @@ import (
 // options of list (as after a configuration's plugin path; no client options): the GPU
 // tests compare two lowerings on one client, since each client of the CUDA plugin would
 // preallocate most of the device's memory. It shares b's client: never finalize it.
+// Option triton=pdl holds, as in New, where the device can.
 func WithOptions(b *Backend, list string) (*Backend, error) {
 	o, err := parseOptions(list)
 	if err != nil {
@@ -22,6 +23,7 @@ func WithOptions(b *Backend, list string) (*Backend, error) {
 	}
 	c := &Backend{plugin: b.plugin, client: b.client, device: b.device}
 	o.apply(c)
+	c.tritonPDL = c.tritonPDL && c.launchesPDL()
 	return c, nil
 }
 

@@ -195,7 +195,7 @@ func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
 }
 
 // normedProduct returns, with option triton=fold, the product of lhs and rhs as one
-// Triton kernel (triton.GEMVNorm) when they are model's normed dense layer of one row:
+// Triton kernel (triton.Kernels.GEMVNorm) when they are model's normed dense layer of one row:
 // a dense product (denseProduct) of normWeighted(x, g) times invRMS(x), either way
 // round. The norm's own operations and the product it replaces are then left unused,
 // for XLA to remove. ok is false, with nothing added, for every other product.
@@ -223,7 +223,7 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		if err != nil {
 			return nil, true, opError(compute.OpTypeMul, err)
 		}
-		y, err := triton.GEMVNorm(row, vs[1], vs[2], c.t, norm)
+		y, err := f.builder.backend.kernels().GEMVNorm(row, vs[1], vs[2], c.t, norm)
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))
 		}
@@ -320,9 +320,9 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		switch {
 		case err != nil:
 		case swiGLU:
-			y, err = triton.GEMVSwiGLUResidual(row, vs[1], sum, c.t)
+			y, err = f.builder.backend.kernels().GEMVSwiGLUResidual(row, vs[1], sum, c.t)
 		default:
-			y, err = triton.GEMVResidual(row, vs[1], sum, c.t)
+			y, err = f.builder.backend.kernels().GEMVResidual(row, vs[1], sum, c.t)
 		}
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))

@@ -132,7 +132,7 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 			return nil, true, err
 		}
 	}
-	y, err := triton.GEMV(x, rhs, t, out)
+	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
 	if err == nil && ls.Rank() != 2 {
 		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
 	}

@@ -438,7 +438,8 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 }
 
 // The bf16 fixture models with triton=fold (and triton=gemv-all, so that our GEMV
-// computes their small products) give the plain backend's logits on the one-row
+// computes their small products, and triton=pdl, as on CUDA by default, which launches
+// them under programmatic dependent launch on Hopper) give the plain backend's logits on the one-row
 // windows whose norms and residual adds it folds into our GEMVs (the AR step: a
 // session's steps and commits of one token), within TestTritonGEMVModelsMatch's
 // tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
@@ -472,7 +473,7 @@ var sharedTritonFold = sync.OnceValues(func() (*hlo.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all,triton=fold")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=gemv-all,triton=fold,triton=pdl")
 })
 
 // The bf16 fixture models with triton=attention give the plain backend's logits on
@@ -587,7 +588,7 @@ func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, start
 // bias that hides some keys (0 or -1e30), the same as a boolean mask [b, t, s] (which
 // the backend turns into a bias broadcast over the heads) or a causal mask; as cuDNN's,
 // and with option triton=attention, where the windows over more keys run our
-// Triton kernels at every batch size. The tolerance, 1e-2 absolute on outputs within
+// Triton kernels at every batch size (under triton=pdl, as on CUDA by default). The tolerance, 1e-2 absolute on outputs within
 // [-1, 1], covers bf16's rounding of the output and of the probabilities before their
 // product with the values (2⁻⁸ each); a dropped bias, or heads grouped the other way,
 // differ by ~0.1 or more.
@@ -608,7 +609,7 @@ var sharedTritonAttention = sync.OnceValues(func() (*hlo.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention")
+	return hlo.WithOptions(b[0].(*hlo.Backend), "notf32,triton=attention,triton=pdl")
 })
 
 // fusedAttentionMatchesPlain is TestFusedAttentionMatchesPlain on onPlugin.

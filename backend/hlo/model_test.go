@@ -170,6 +170,32 @@ func TestTritonFoldInModels(t *testing.T) {
 	}
 }
 
+// With option triton=pdl every Triton kernel of the AR step (our GEMVs, the folds and
+// the attention kernels) waits for the kernels before it and lets the next one launch;
+// without it none does. A build-only backend keeps the option: New drops it on
+// devices without programmatic dependent launch.
+func TestTritonPDLInModels(t *testing.T) {
+	dir := fixtures.Subdirs(t, "models")[0]
+	const options = "triton=gemv-all,triton=attention,triton=fold"
+	for _, pdl := range []bool{false, true} {
+		o := options
+		if pdl {
+			o += ",triton=pdl"
+		}
+		b, err := hlo.NewBuildOnlyWith(o)
+		require.NoError(t, err)
+		text, _ := windowText(t, b, dir, 1, 1)
+		calls := tritonCallsWith(text, "tt.func")
+		require.Positive(t, tritonCallsWith(text, "tt.func public @attention("), "the attention kernel runs")
+		want := 0
+		if pdl {
+			want = calls
+		}
+		require.Equal(t, want, tritonCallsWith(text, "griddepcontrol.wait;"), o)
+		require.Equal(t, want, tritonCallsWith(text, "griddepcontrol.launch_dependents;"), o)
+	}
+}
+
 // windowText is the StableHLO, built on b, of the bf16 fixture model of dir's forward
 // of a window of width positions at batch rows over a cache of 32 slots that writes
 // them all (a commit), and the model's number of layers.

@@ -181,7 +181,7 @@ func scaleProgram() *stablehlo.Builder {
 	b := stablehlo.New("triton_scale")
 	fn := b.Main()
 	x := must(fn.NamedInput("x", shape))
-	y := must(triton.Call("scale", scaleTTIR, 1, triton.Warps, 1, []*stablehlo.Value{x}, shape))
+	y := must(triton.Kernels{}.Call("scale", scaleTTIR, 1, triton.Warps, 1, []*stablehlo.Value{x}, shape))
 	check("scale return", fn.Return(y[0]))
 	return b
 }
@@ -221,7 +221,7 @@ func xlaGEMM(x, w *stablehlo.Value) *stablehlo.Value {
 // tritonGEMM is package triton's GEMV kernel of tile t, bf16 output.
 func tritonGEMM(t triton.Tile) gemmFunc {
 	return func(x, w *stablehlo.Value) *stablehlo.Value {
-		return must(triton.GEMV(x, w, t, dtypes.BFloat16))
+		return must(triton.Kernels{}.GEMV(x, w, t, dtypes.BFloat16))
 	}
 }
 

@@ -131,7 +131,7 @@ func AttentionTTIR(a Attention) (string, error) {
 	}
 	text := `module {
   tt.func public @attention(%q: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %pid = tt.get_program_id x : i32
+` + waitMark + `    %pid = tt.get_program_id x : i32
     %cSplits = arith.constant $SPLITS : i32
     %cKVH = arith.constant $KVH : i32
     %sp = arith.remsi %pid, %cSplits : i32
@@ -250,7 +250,7 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
       %an = tt.dot %pb, %vv, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
       scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     }
-    %cR = arith.constant $R : i32
+` + launchMark + `    %cR = arith.constant $R : i32
     %bkvs = arith.muli %bkv, %cSplits : i32
     %part = arith.addi %bkvs, %sp : i32
     %prow = arith.muli %part, %cR : i32
@@ -325,7 +325,7 @@ func AttentionCombineTTIR(a Attention) (string, error) {
 	}
 	text := `module {
   tt.func public @combine(%acc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %m: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %l: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %out: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %pid = tt.get_program_id x : i32
+` + waitMark + `    %pid = tt.get_program_id x : i32
     %cGT = arith.constant $GT : i32
     %r = arith.remsi %pid, %cGT : i32
     %bkv = arith.divsi %pid, %cGT : i32
@@ -397,7 +397,7 @@ func AttentionCombineTTIR(a Attention) (string, error) {
     %obase = tt.splat %out : !tt.ptr<bf16> -> tensor<$Dx!tt.ptr<bf16>>
     %op = tt.addptr %obase, %oo : tensor<$Dx!tt.ptr<bf16>>, tensor<$Dxi32>
     tt.store %op, %ob : tensor<$Dx!tt.ptr<bf16>>
-    tt.return
+` + launchMark + `    tt.return
   }
 }`
 	// strings.Replacer tries its pairs in order at each position: $SPLITS before $SP.

@@ -14,6 +14,49 @@ import (
 // Target is the custom call of XLA's GPU plugin that runs a Triton kernel.
 const Target = "__gpu$xla.gpu.triton"
 
+// Kernels appends our Triton kernels to StableHLO functions, each a custom call of
+// Target. Its zero value leaves their launch to XLA as it is.
+type Kernels struct {
+	// PDL has every kernel take part in programmatic dependent launch, which needs
+	// compute capability 9.0 (Hopper) or later: it waits for the kernels before it at
+	// its start (griddepcontrol.wait), before reading anything, and lets the kernel
+	// after it launch once its main loop is done (griddepcontrol.launch_dependents), so
+	// that the next kernel's programs are placed while its own store their results.
+	// XLA launches custom calls' kernels with programmatic dependencies (a kernel that
+	// triggered at its start made the one after it start early, run CR in
+	// BENCHMARKS.md); on the H200 this made the AR step at batch 1 3-4 % faster (run
+	// CT). Triggering at the start instead, as the PyTorch peer does, made it 7-8 %
+	// slower: XLA's kernels after ours then wait beside them.
+	PDL bool
+}
+
+// The marks every kernel's text has where, under PDL, it waits for the kernels before
+// it and where it lets the next one launch: MLIR comments otherwise.
+const (
+	waitMark   = "    // pdl: wait for the kernels before this one\n"
+	launchMark = "    // pdl: let the next kernel launch\n"
+)
+
+// launchMarks replaces ir's marks with the instructions PDL needs, or leaves them as
+// comments without it. A kernel without its wait mark cannot run under PDL: it could
+// read its inputs before the kernel writing them is done.
+func (kn Kernels) launchMarks(name, ir string) (string, error) {
+	if !kn.PDL {
+		return ir, nil
+	}
+	if strings.Count(ir, waitMark) != 1 || strings.Count(ir, launchMark) != 1 {
+		return "", fmt.Errorf("triton: kernel %s needs one mark of each kind to run under PDL", name)
+	}
+	return strings.NewReplacer(waitMark, inlinePTX("pdl_wait", "griddepcontrol.wait;"),
+		launchMark, inlinePTX("pdl_launch", "griddepcontrol.launch_dependents;")).Replace(ir), nil
+}
+
+// inlinePTX is the TTIR of the PTX instruction ptx, whose side effect is all it is for,
+// as value name (an i32 that Triton's inline assembly needs to return).
+func inlinePTX(name, ptx string) string {
+	return fmt.Sprintf("    %%%s = tt.elementwise_inline_asm \"%s mov.u32 $0, 0;\" {constraints = \"=r\", packed_element = 1 : i32, pure = false} -> i32\n", name, ptx)
+}
+
 // Call is the custom call running kernel name of the TTIR module ir on the operands,
 // writing outputs, on a grid of grid programs of warps warps, its loops pipelined
 // stages deep: XLA passes the operands' and then the outputs' buffers as the kernel's
@@ -21,7 +64,11 @@ const Target = "__gpu$xla.gpu.triton"
 // TritonCall::Parse reads. Every operand and output is laid out row-major, as the
 // kernels index them: without layouts XLA may pick others, e.g. a transpose's operand
 // order for its result, which the kernel would read as garbage.
-func Call(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
+func (kn Kernels) Call(name, ir string, grid, warps, stages int, operands []*stablehlo.Value, outputs ...shapes.Shape) ([]*stablehlo.Value, error) {
+	ir, err := kn.launchMarks(name, ir)
+	if err != nil {
+		return nil, err
+	}
 	config := fmt.Sprintf(`{name = "%s", ir = "%s", num_stages = %d : i32, num_warps = %d : i32, `+
 		`grid_x = %d : i32, grid_y = 1 : i32, grid_z = 1 : i32, debug = false}`,
 		name, mlirEscape(ir), stages, warps, grid)
@@ -36,7 +83,7 @@ func mlirEscape(s string) string {
 
 // GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] and w [n, k]
 // bfloat16: GEMVTTIR's kernel of tile t, one program per t.BN rows of w.
-func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
+func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.BFloat16 || ws.DType != dtypes.BFloat16 ||
 		xs.Dimensions[1] != ws.Dimensions[1] {
@@ -44,16 +91,16 @@ func GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, er
 	}
 	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
 	ir, err := GEMVTTIR(m, n, k, t, out)
-	return callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
 }
 
 // callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
 // its output y [m, n]; err, from writing ir, is returned as it is.
-func callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
+func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
+	ys, err := kn.Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +109,7 @@ func callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y
 
 // GEMVResidual appends y [1, n] = r + x·wᵀ, float32, to x's function, for x [1, k] and
 // w [n, k] bfloat16 and r [1, n] float32: GEMVResidualTTIR's kernel of tile t.
-func GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+func (kn Kernels) GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
 	xs, ws, rs := x.Shape(), w.Shape(), r.Shape()
 	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.BFloat16 || ws.Rank() != 2 ||
 		ws.DType != dtypes.BFloat16 || xs.Dimensions[1] != ws.Dimensions[1] ||
@@ -71,13 +118,13 @@ func GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVResidualTTIR(1, n, k, t)
-	return callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // GEMVSwiGLUResidual appends y [1, n] = r + bf16(SwiGLU(gu))·wᵀ, float32, to gu's
 // function, for gu [1, 2k] float32 (gate, then up), w [n, k] bfloat16 and r [1, n]
 // float32: GEMVSwiGLUResidualTTIR's kernel of tile t.
-func GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+func (kn Kernels) GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
 	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
 	if ws.Rank() != 2 || ws.DType != dtypes.BFloat16 ||
 		!gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) ||
@@ -86,13 +133,13 @@ func GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, er
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVSwiGLUResidualTTIR(n, k, t)
-	return callGEMV("gemm_swiglu", ir, err, t, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	return kn.callGEMV("gemm_swiglu", ir, err, t, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
 // times wᵀ, times the row's 1/rms) to x's function, for x [1, k] float32, g [k] and w
 // [n, k] bfloat16: one program per t.BN rows of w.
-func GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, error) {
+func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, error) {
 	xs, gs, ws := x.Shape(), g.Shape(), w.Shape()
 	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.Float32 || ws.Rank() != 2 ||
 		ws.DType != dtypes.BFloat16 || !gs.Equal(shapes.Make(dtypes.BFloat16, xs.Dimensions[1])) ||
@@ -101,14 +148,14 @@ func GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, er
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVNormTTIR(n, k, t, norm)
-	return callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
+	return kn.callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
 }
 
 // AttentionOutput appends our attention of a to q's function for q, k, v and bias as a
 // describes them and lens [B] int32 (keys read per batch row), and returns its output
 // [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split partial results
 // AttentionCombineTTIR's kernel combines.
-func AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
+func (kn Kernels) AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
 	want := []shapes.Shape{
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
 		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
@@ -124,7 +171,7 @@ func AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stable
 		return nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	partials, err := Call("attention", ir, a.Programs(), Warps, a.Stages(), []*stablehlo.Value{q, k, v, bias, lens},
+	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), []*stablehlo.Value{q, k, v, bias, lens},
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
@@ -134,7 +181,7 @@ func AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stable
 	if ir, err = AttentionCombineTTIR(a); err != nil {
 		return nil, err
 	}
-	out, err := Call("combine", ir, a.CombinePrograms(), Warps, 1, partials,
+	out, err := kn.Call("combine", ir, a.CombinePrograms(), Warps, 1, partials,
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D))
 	if err != nil {
 		return nil, err

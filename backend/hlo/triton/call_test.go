@@ -19,13 +19,13 @@ func TestGEMVCall(t *testing.T) {
 	fn, in := inputs(t, "gemv", shapes.Make(dtypes.BFloat16, 3, 256), shapes.Make(dtypes.BFloat16, 40, 256),
 		shapes.Make(dtypes.Float32, 3, 256))
 	x, w, x32 := in[0], in[1], in[2]
-	_, err := GEMV(x32, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
+	_, err := Kernels{}.GEMV(x32, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "both bfloat16")
-	_, err = GEMV(w, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
+	_, err = Kernels{}.GEMV(w, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "at 40 rows")
-	_, err = GEMV(x, w, Tile{BN: 16, BK: 128, Stages: 1}, dtypes.Float32)
+	_, err = Kernels{}.GEMV(x, w, Tile{BN: 16, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "does not divide")
-	y, err := GEMV(x, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
+	y, err := Kernels{}.GEMV(x, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.NoError(t, err)
 	program := requireOneCall(t, fn, y, "-> tensor<3x40xf32>")
 	require.Contains(t, program, "num_warps = 4 : i32")
@@ -67,13 +67,13 @@ func TestGEMVNormCall(t *testing.T) {
 		shapes.Make(dtypes.BFloat16, 40, 256))
 	x, g, w := in[0], in[1], in[2]
 	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
-	_, err := GEMVNorm(w, g, w, tile, norm)
+	_, err := Kernels{}.GEMVNorm(w, g, w, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
-	_, err = GEMVNorm(x, x, w, tile, norm)
+	_, err = Kernels{}.GEMVNorm(x, x, w, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
-	_, err = GEMVNorm(x, g, w, Tile{BN: 16, BK: 128, Stages: 2}, norm)
+	_, err = Kernels{}.GEMVNorm(x, g, w, Tile{BN: 16, BK: 128, Stages: 2}, norm)
 	require.ErrorContains(t, err, "does not divide")
-	y, err := GEMVNorm(x, g, w, tile, norm)
+	y, err := Kernels{}.GEMVNorm(x, g, w, tile, norm)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
@@ -95,9 +95,9 @@ func TestGEMVResidualCall(t *testing.T) {
 		shapes.Make(dtypes.Float32, 1, 40))
 	x, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err := GEMVResidual(x, w, x, tile)
+	_, err := Kernels{}.GEMVResidual(x, w, x, tile)
 	require.ErrorContains(t, err, "r [1, n] float32")
-	y, err := GEMVResidual(x, w, r, tile)
+	y, err := Kernels{}.GEMVResidual(x, w, r, tile)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
@@ -122,9 +122,9 @@ func TestGEMVSwiGLUResidualCall(t *testing.T) {
 		shapes.Make(dtypes.Float32, 1, 40))
 	gu, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err := GEMVSwiGLUResidual(r, w, r, tile)
+	_, err := Kernels{}.GEMVSwiGLUResidual(r, w, r, tile)
 	require.ErrorContains(t, err, "want gu [1, 2k]")
-	y, err := GEMVSwiGLUResidual(gu, w, r, tile)
+	y, err := Kernels{}.GEMVSwiGLUResidual(gu, w, r, tile)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
@@ -136,4 +136,46 @@ func TestGEMVSwiGLUResidualCall(t *testing.T) {
 	require.Contains(t, ir, "%res = arith.addf %rv, %sum")
 	_, err = GEMVSwiGLUResidualTTIR(40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
 	require.ErrorContains(t, err, "only 1-row tiles")
+}
+
+// Every kernel has one wait mark before anything it loads and one launch mark after its
+// main loop; under PDL they become the grid dependency instructions, without it they
+// stay comments.
+func TestLaunchMarks(t *testing.T) {
+	norm := Norm{InvK: 1.0 / 256, Eps: 1e-6}
+	row, dot := Tile{BN: 8, BK: 128, Stages: 3}, Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
+	texts := map[string]func() (string, error){
+		"gemm, 1 row":      func() (string, error) { return GEMVTTIR(1, 64, 256, row, dtypes.BFloat16) },
+		"gemm, 4 rows":     func() (string, error) { return GEMVTTIR(4, 64, 256, row, dtypes.Float32) },
+		"gemm, a Dot tile": func() (string, error) { return GEMVTTIR(4, 64, 256, dot, dtypes.BFloat16) },
+		"gemm_norm":        func() (string, error) { return GEMVNormTTIR(64, 256, row, norm) },
+		"gemm, residual":   func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row) },
+		"gemm_swiglu":      func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row) },
+		"attention":        func() (string, error) { return AttentionTTIR(decodeAttention(1, 4)) },
+		"combine":          func() (string, error) { return AttentionCombineTTIR(decodeAttention(1, 4)) },
+	}
+	for name, text := range texts {
+		ir, err := text()
+		require.NoError(t, err, name)
+		require.Equal(t, 1, strings.Count(ir, waitMark), name)
+		require.Equal(t, 1, strings.Count(ir, launchMark), name)
+		require.Less(t, strings.Index(ir, waitMark), strings.Index(ir, "tt.load"), name)
+		if strings.Contains(ir, "scf.yield") {
+			require.Greater(t, strings.Index(ir, launchMark), strings.LastIndex(ir, "scf.yield"), name)
+		}
+		require.Less(t, strings.Index(ir, launchMark), strings.Index(ir, "tt.return"), name)
+
+		same, err := Kernels{}.launchMarks(name, ir)
+		require.NoError(t, err)
+		require.Equal(t, ir, same, "without PDL the marks stay comments")
+		pdl, err := Kernels{PDL: true}.launchMarks(name, ir)
+		require.NoError(t, err)
+		require.NotContains(t, pdl, "// pdl:")
+		require.Less(t, strings.Index(pdl, "griddepcontrol.wait;"), strings.Index(pdl, "tt.load"), name)
+		require.Equal(t, 1, strings.Count(pdl, "griddepcontrol.launch_dependents;"), name)
+	}
+	_, err := Kernels{PDL: true}.launchMarks("unmarked", "module {}")
+	require.ErrorContains(t, err, "unmarked needs one mark of each kind")
+	_, err = Kernels{}.launchMarks("unmarked", "module {}")
+	require.NoError(t, err, "without PDL no mark is needed")
 }

@@ -1,13 +1,22 @@
 // Package triton writes our own Triton kernels for XLA's GPU plugin: hand-written Triton
 // IR (TTIR) and the StableHLO custom call, __gpu$xla.gpu.triton, that embeds a kernel in
-// a program (the call JAX's Pallas uses). Its one kernel so far is a GEMV for a few rows:
-// y [m, n] = x [m, k] · W [n, k]ᵀ with x and W bfloat16, float32 accumulation, and y
-// bfloat16 or float32, as model/linear.go's dense layers compute it. Its tiles either
-// keep one accumulator per row of x or (Dot tiles) multiply on the tensor cores.
+// a program (the call JAX's Pallas uses). Its kernels:
 //
-// backend/hlo lowers the 1-row dense products of the larger weights to it (option
-// triton=gemv; Dot tiles are not used there until measured), and
-// bench/tritonprobe checks and times it against XLA's dot on a GPU. The TTIR generator
-// is plain Go; the custom call needs go-xla's stablehlo package, so it has the build
-// constraint of the rest of backend/hlo (cgo && !noxla).
+//   - a GEMV for a few rows, y [m, n] = x [m, k] · W [n, k]ᵀ with x and W bfloat16,
+//     float32 accumulation and y bfloat16 or float32, as model/linear.go's dense layers
+//     compute it; its tiles either keep one accumulator per row of x or (Dot tiles)
+//     multiply on the tensor cores;
+//   - one-row GEMVs with the work around them folded in: the RMSNorm before
+//     (GEMVNormTTIR), the residual add after (GEMVResidualTTIR), and SwiGLU before the
+//     down projection with the add after it (GEMVSwiGLUResidualTTIR);
+//   - a split-key attention of short windows over many keys (AttentionTTIR) and the
+//     kernel that combines its splits (AttentionCombineTTIR).
+//
+// [Kernels] appends them to a StableHLO function; its PDL field has them take part in
+// programmatic dependent launch on Hopper. backend/hlo lowers the model's products and
+// attention to them (its options triton=gemv, triton=attention, triton=fold and
+// triton=pdl), and bench/tritonprobe checks and times the GEMV against XLA's dot on a
+// GPU. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
+// package, so call.go has the build constraint of the rest of backend/hlo
+// (cgo && !noxla).
 package triton

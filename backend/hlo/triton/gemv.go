@@ -180,7 +180,7 @@ func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 `)
 	b.WriteString(`      scf.yield $YIELDS : $TYPES
     }$LOOPATTR
-    %ybase = tt.splat %y : !tt.ptr<$YT> -> tensor<$BNx!tt.ptr<$YT>>
+` + launchMark + `    %ybase = tt.splat %y : !tt.ptr<$YT> -> tensor<$BNx!tt.ptr<$YT>>
 `)
 	// addResidual loads r's row at the offsets of y's and adds it to the sums.
 	addResidual := ""
@@ -216,9 +216,9 @@ const kernelHead = `module {
   tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
 ` + programStart
 
-// programStart follows the signature of every GEMV kernel: the constants of its K loop
-// and its program's offset %n0 into W's rows.
-const programStart = `    %c0 = arith.constant 0 : i32
+// programStart follows the signature of every GEMV kernel: its wait mark, the constants
+// of its K loop and its program's offset %n0 into W's rows.
+const programStart = waitMark + `    %c0 = arith.constant 0 : i32
     %cK = arith.constant $K : i32
     %cBK = arith.constant $BK : i32
     %cBN = arith.constant $BN : i32
@@ -345,7 +345,7 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
       %d = tt.dot %xv, %wv, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
       scf.yield %d : tensor<$RxBNxf32>
     }$LOOPATTR
-    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
+` + launchMark + `    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
     %yrow = arith.muli %rm, %Nr : tensor<$Rxi32>
     %yrow2 = tt.expand_dims %yrow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %yrowb = tt.broadcast %yrow2 : tensor<$Rx1xi32> -> tensor<$RxBNxi32>

@@ -53,7 +53,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
       scf.yield %a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>
     }$LOOPATTR
-` + sumTile("%loop#0") + `    %ss = "tt.reduce"(%loop#1) <{axis = 1 : i32}> ({
+` + launchMark + `` + sumTile("%loop#0") + `    %ss = "tt.reduce"(%loop#1) <{axis = 1 : i32}> ({
     ^bb0(%l2: f32, %r2: f32):
       %t2 = arith.addf %l2, %r2 : f32
       tt.reduce.return %t2 : f32

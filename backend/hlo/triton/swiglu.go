@@ -39,7 +39,7 @@ func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
       scf.yield %a1 : tensor<$BNx$BKxf32>
     }$LOOPATTR
-` + sumTile("%acc") + `    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+` + launchMark + `` + sumTile("%acc") + `    %rbase = tt.splat %r : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
     %rp = tt.addptr %rbase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
     %rv = tt.load %rp : tensor<$BNx!tt.ptr<f32>>
     %res = arith.addf %rv, %sum : tensor<$BNxf32>
