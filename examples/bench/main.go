@@ -41,6 +41,7 @@ var (
 	iters        = flag.Int("iters", 50, "forwards per device loop, and repetitions of single executions")
 	only         = flag.String("only", "steps,prefill,decode", "comma-separated: steps, prefill, decode")
 	steps        = flag.String("steps", "denoise,fused,ar", "comma-separated step kinds to time: denoise, fused, ar, ar-padded")
+	added        = flag.Int("added-steps", 4, "also time device loops of this many times -iters steps, and report the time each added step takes (0: not), free of each execution's own cost, as a CUDA-graph replay timed by CUDA events is")
 	loopExit     = flag.String("loop-exit", "count", "how a step loop ends: count (a constant trip count XLA can see) or data (also on a test of the tokens that always passes, as the decoder's loop ends on its state)")
 	batches      = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	decodeOnly   = flag.String("decode", "", "time only the decoding cases whose name contains this (e.g. autoregressive; default: all)")

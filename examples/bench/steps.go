@@ -45,7 +45,7 @@ func benchSteps(m *model.Model) []row {
 		if backend.RunsLoopsOnDevice(m.Backend()) {
 			r, err := timeStepLoop(m, k)
 			check(err)
-			rows = append(rows, r)
+			rows = append(rows, r...)
 		}
 		r, err := timeSingleStep(m, k)
 		check(err)
@@ -88,14 +88,60 @@ func (k stepKind) time(m *model.Model, p *model.Program, reps int) (first time.D
 // depend on each other and nothing is hoisted out of the loop.
 func next(logits *Node) *Node { return ConvertDType(ArgMax(logits, -1), dtypes.Int32) }
 
-// timeStepLoop runs *iters steps inside one While and reports the time per step.
-func timeStepLoop(m *model.Model, k stepKind) (row, error) {
+// timeStepLoop runs *iters steps inside one While and reports the time per step; with
+// -added-steps, also the time each step beyond those takes in a longer loop.
+func timeStepLoop(m *model.Model, k stepKind) ([]row, error) {
 	n := *iters
+	compileStart := time.Now()
+	p, err := stepLoop(m, k, n)
+	if err != nil {
+		return nil, err
+	}
+	built := time.Since(compileStart)
+	first, times, err := k.time(m, p, 5)
+	if err != nil {
+		return nil, err
+	}
+	log.Printf("%s: loop compiled and warmed up in %s", k.name, (built + first).Round(time.Millisecond))
+	name := k.name + ", in a device loop"
+	if *loopExit == "data" {
+		name += " (data-dependent exit)"
+	}
+	r := summarize(name, 1, times, float64(n))
+	r.Note = fmt.Sprintf("%d steps per execution, context %d", n, *context_)
+	rows := []row{r}
+	if *added <= 1 {
+		return rows, nil
+	}
+	long := *added * n
+	q, err := stepLoop(m, k, long)
+	if err != nil {
+		return nil, err
+	}
+	_, longTimes, err := k.time(m, q, 5)
+	if err != nil {
+		return nil, err
+	}
+	a := addedSteps(name+", per added step", times, longTimes, long-n)
+	a.Note = fmt.Sprintf("(%d-step execution - %d-step one) / %d", long, n, long-n)
+	return append(rows, a), nil
+}
+
+// addedSteps is the time each of added steps takes, from the times of executions of n
+// and of n+added steps: each quantile's difference, divided by added. An execution's
+// own cost (its launch, the copies of its inputs, the host's wait for it) cancels out.
+func addedSteps(name string, short, long []time.Duration, added int) row {
+	s, l := summarize("", 1, short, 1), summarize("", 1, long, 1)
+	per := func(ls, ss float64) float64 { return (ls - ss) / float64(added) }
+	return row{Name: name, Batch: 1, Median: per(l.Median, s.Median), P10: per(l.P10, s.P10), P90: per(l.P90, s.P90)}
+}
+
+// stepLoop compiles n steps of kind k inside one While (as the decoder runs them).
+func stepLoop(m *model.Model, k stepKind, n int) (*model.Program, error) {
 	cacheShapes := cacheShapes(m, 1)
 	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes...)
 	key := fmt.Sprintf("bench/loop/%s/%d/%d/%d/%s", k.name, n, *capacity, *context_, *loopExit)
-	compileStart := time.Now()
-	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
+	return m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
 		// Constants of the enclosing function are uncached (see model.Weights.While).
 		init := append([]*Node{Const(in[0].Graph(), int32(0))}, in...)
 		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
@@ -115,22 +161,6 @@ func timeStepLoop(m *model.Model, k stepKind) (row, error) {
 		}
 		return []*Node{w.While(init, nil, cond, body)[1]}
 	})
-	if err != nil {
-		return row{}, err
-	}
-	built := time.Since(compileStart)
-	first, times, err := k.time(m, p, 5)
-	if err != nil {
-		return row{}, err
-	}
-	log.Printf("%s: loop compiled and warmed up in %s", k.name, (built + first).Round(time.Millisecond))
-	name := k.name + ", in a device loop"
-	if *loopExit == "data" {
-		name += " (data-dependent exit)"
-	}
-	r := summarize(name, 1, times, float64(n))
-	r.Note = fmt.Sprintf("%d steps per execution, context %d", n, *context_)
-	return r, nil
 }
 
 // timeSingleStep runs one step per execution, reading its tokens back each time.
