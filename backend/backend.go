@@ -52,8 +52,9 @@ const InPlaceMarker = "~output="
 // measured faster (batch 1: the AR step 8-9 % faster, the fused step 4-8 %; batches of
 // 32 and more; BENCHMARKS.md runs BV-CD); triton=fold folds the norms, SwiGLU and the
 // residual adds of one-row products into those GEMVs (the AR step at batch 1 5 %
-// faster, runs CJ-CL).
-const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold"
+// faster, runs CJ-CL); triton=pdl launches our kernels under programmatic dependent
+// launch where the device has it (Hopper: the AR step 3-4 % faster, runs CT and CU).
+const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {

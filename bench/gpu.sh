@@ -109,7 +109,8 @@ backend_config() {
     bdxla-gemv-all) echo "bdxla:$plugin,preallocate=true,triton=gemv-all" ;;
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
     bdxla-gemv-attention-fold) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold" ;;
-    ours) backend_config bdxla-gemv-attention-fold ;; # what backend.Select picks on CUDA
+    bdxla-gemv-attention-fold-pdl) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl" ;;
+    ours) backend_config bdxla-gemv-attention-fold-pdl ;; # what backend.Select picks on CUDA
   esac
 }
 
@@ -123,7 +124,7 @@ hlosteps() {
   printf '%-12s %-4s %10s %10s %10s %10s\n' backend rc denoise fused ar ar-padded
   local label
   for label in xla bdxla bdxla-gemv bdxla-gemv-all; do
-    GOMLX_BACKEND=$(backend_config "$label") timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar,ar-padded -iters 20 \
+    GOMLX_BACKEND=$(backend_config "$label") timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar,ar-padded -iters 20 -added-steps 0 \
       >"$OUT/steps-$label.log" 2>&1
     local rc=$?
     printf '%-12s %-4s' "$label" "$rc"
@@ -158,7 +159,7 @@ steps() {
   local label
   for label in xla ours; do
     section "steps and prefill on $label"
-    GOMLX_BACKEND=$(backend_config "$label") timeout 130 .gpu/bin/bench -only steps,prefill -steps denoise,fused,ar \
+    GOMLX_BACKEND=$(backend_config "$label") timeout 180 .gpu/bin/bench -only steps,prefill -steps denoise,fused,ar \
       -iters 20 -prefill-attention auto >"$OUT/steps-prefill-$label.log" 2>&1
     echo "rc=$?"; grep -E 'device loop|^prefill' "$OUT/steps-prefill-$label.log" | grep -v compiled
   done
@@ -518,7 +519,7 @@ stepsab() {
 
 steps_of() {
   # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
-  GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout 90 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
+  GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout 120 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
     -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
 }
 

@@ -21,9 +21,11 @@
 // the attention of bfloat16 decoding windows over their cache as our own split-key
 // Triton kernel and a second one that combines its splits, at every batch size, and
 // "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
-// products into those GEMVs (fold.go). For example:
+// products into those GEMVs (fold.go), and "triton=pdl", which launches our kernels
+// under programmatic dependent launch where the device has compute capability 9.0 or
+// later. For example:
 //
-//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold"
+//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl"
 //
 // Only the plugin's first device is used. [NewBuildOnly] and [NewBuildOnlyWith] make a
 // backend that builds programs without a plugin, for tests and for reading the
@@ -37,7 +39,8 @@
 // 1-token AR step is 6-8 % faster than XLA's, and prefill, whose boolean mask it hands
 // cuDNN as a bias of one head, 4-6 % faster at 2048 tokens; with triton=attention the
 // AR step is 8-9 % faster again and the fused step 4-8 % (runs BV-CD). Package backend
-// picks it, with triton=gemv and triton=attention, for a CUDA plugin it finds.
+// picks it, with triton=gemv, triton=attention, triton=fold and triton=pdl, for a CUDA
+// plugin it finds.
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo
