@@ -51,8 +51,8 @@ func (kn Kernels) launchMarks(name, ir string) (string, error) {
 		launchMark, inlinePTX("pdl_launch", "griddepcontrol.launch_dependents;")).Replace(ir), nil
 }
 
-// inlinePTX is the TTIR of the PTX instruction ptx, whose side effect is all it is for,
-// as value name (an i32 that Triton's inline assembly needs to return).
+// inlinePTX is the TTIR that runs the PTX instruction ptx for its side effect alone;
+// Triton's inline assembly must return a value: the i32 name, unused.
 func inlinePTX(name, ptx string) string {
 	return fmt.Sprintf("    %%%s = tt.elementwise_inline_asm \"%s mov.u32 $0, 0;\" {constraints = \"=r\", packed_element = 1 : i32, pure = false} -> i32\n", name, ptx)
 }
