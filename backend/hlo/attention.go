@@ -118,7 +118,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		scale = 1 / math.Sqrt(float64(shape.d))
 	}
 	if a, ok := f.tritonAttention(shape, layout, vs, cfg.Causal, scale); ok {
-		out, err := f.attentionByTriton(vs, a)
+		out, err := f.attentionByTriton(query, vs, a)
 		return out, nil, err
 	}
 	if f.builder.backend.tritonAttention && shape.s > shape.t {
@@ -326,8 +326,10 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
-// Triton kernels (triton.Kernels.AttentionOutput).
-func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
+// Triton kernels (triton.Kernels.AttentionOutput), with option triton=rope on the
+// queries before their rotation where query, q's value, is model's rotation of them
+// (rope.go).
+func (f *Function) attentionByTriton(query compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner
 	lens, err := f.operands(c.do(f.visibleLengths(f.wrap(vs[3]), a)))
@@ -337,7 +339,11 @@ func (f *Function) attentionByTriton(vs []*stablehlo.Value, a triton.Attention) 
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	out, err := f.builder.backend.kernels().AttentionOutput(vs[0], vs[1], vs[2], vs[3], lens[0], a)
+	queries := vs[:1]
+	if rotated, withRotation, ok := f.rotatedQueries(query, a); ok {
+		queries, a = rotated, withRotation
+	}
+	out, err := f.builder.backend.kernels().AttentionOutput(queries, vs[1], vs[2], vs[3], lens[0], a)
 	if err != nil {
 		return nil, opError(op, err)
 	}

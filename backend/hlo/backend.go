@@ -52,7 +52,10 @@ type Backend struct {
 	// tritonPDL launches our Triton kernels with programmatic dependent launch (option
 	// "triton=pdl", where the device can: see [triton.Kernels]).
 	tritonPDL bool
-	finalized bool
+	// tritonRope folds the rotation of the queries into our attention kernel (option
+	// "triton=rope", rope.go).
+	tritonRope bool
+	finalized  bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -90,7 +93,11 @@ var _ compute.Backend = (*Backend)(nil)
 //     others): each waits for the kernels before it at its start and lets the next
 //     one launch once its main loop is done (triton.Kernels). On the H200 the AR step
 //     at batch 1 is 3-4 % faster with it (BENCHMARKS.md, runs CT and CU). Backend
-//     selection on CUDA uses "triton=gemv,triton=attention,triton=fold,triton=pdl".
+//     selection on CUDA uses "triton=gemv,triton=attention,triton=fold,triton=pdl";
+//   - "triton=rope", which, with triton=attention, folds the rotary embedding of the
+//     queries (model's rotary.apply) into our attention kernel, which then reads the
+//     rows of the qkv product and rotates them as it loads them (rope.go): one kernel
+//     less per layer where XLA would rotate them. Not measured yet, not selected.
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -148,11 +155,13 @@ type options struct {
 	tritonAttention bool                // "triton=attention"
 	tritonFold      bool                // "triton=fold"
 	tritonPDL       bool                // "triton=pdl"
+	tritonRope      bool                // "triton=rope"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL = o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope =
+		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope
 }
 
 // parseOptions reads the options of a configuration, comma-separated.
@@ -187,11 +196,13 @@ func parseOptions(list string) (options, error) {
 				o.tritonFold = true
 			case "pdl":
 				o.tritonPDL = true
+			case "rope":
+				o.tritonRope = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope)", option, value)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope)", option)
 		}
 	}
 	return o, nil

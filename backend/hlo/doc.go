@@ -23,7 +23,8 @@
 // "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
 // products into those GEMVs (fold.go), and "triton=pdl", which launches our kernels
 // under programmatic dependent launch where the device has compute capability 9.0 or
-// later. For example:
+// later; "triton=rope" (not measured yet, not selected) has our attention kernel
+// rotate the queries itself (rope.go). For example:
 //
 //	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl"
 //

@@ -14,25 +14,27 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// origin is how a value was made, kept (with option triton=fold) for normedProduct's
-// recognition of a dense layer after an RMSNorm and residualProduct's of a residual add
-// after one: the operation and its operands (unary and binary operations, reductions
-// with their axes), a constant scalar's value, or, for a dense product's output, its
-// input and weight.
+// origin is how a value was made, kept (with option triton=fold or triton=rope) for
+// normedProduct's recognition of a dense layer after an RMSNorm, residualProduct's of a
+// residual add after one and rotatedQuery's of rotated queries (rope.go): the operation
+// and its operands (unary and binary operations, concatenations, reductions with their
+// axes), a constant scalar's value, or, for a dense product's output, its input and
+// weight.
 type origin struct {
 	op     compute.OpType
 	args   []*value
-	axes   []int // a reduction's
+	axes   []int // a reduction's, a transpose's permutation, a broadcast's or a concatenation's axes
 	starts []int // a slice's of strides 1, with limits
 	limits []int
 	scalar *float64 // a float32 constant scalar's
 	x, w   *value   // a dense product's (denseProduct)
 }
 
-// record notes, with option triton=fold, that out was made by op from args.
+// record notes, with option triton=fold or triton=rope, that out was made by op from
+// args.
 func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.Value) {
 	v, ok := out.(*value)
-	if !f.builder.backend.tritonFold || !ok {
+	if b := f.builder.backend; !(b.tritonFold || b.tritonRope) || !ok {
 		return
 	}
 	o := &origin{op: op}

@@ -480,34 +480,42 @@ var sharedTritonFold = sync.OnceValues(func() (*hlo.Backend, error) {
 // windows over their cache in their slots, which run our Triton kernels: at batch 1, a
 // session's commits of 4 (in place) and of 1 token (in its own slot); at batch 2,
 // windows of 8 at different starts committing different lengths, then one-token
-// windows. The tolerance is TestTritonGEMVModelsMatch's.
+// windows; and so with triton=rope, where the kernel rotates the queries itself. The
+// tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonAttentionModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withTriton, err := sharedTritonAttention()
 	require.NoError(t, err)
+	withRope, err := hlo.WithOptions(withTriton, "notf32,triton=attention,triton=pdl,triton=rope")
+	require.NoError(t, err)
 	tokens := append(slices.Clone(testTokens), testTokens...)
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			worst := requireBF16WindowsMatch(t, withTriton, plain, dir,
-				[]string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1",
-					"batch 2, window 8", "batch 2, window 8 over the cache", "batch 2, window 1"},
-				func(m *model.Model, add func([][]float32, error)) {
-					for _, block := range []int{4, 1} {
-						s, err := m.NewSession(32, block)
-						require.NoError(t, err)
-						defer s.Close()
-						_, err = s.Prefill(tokens[:4])
-						require.NoError(t, err)
-						add(s.Commit(tokens[4 : 4+block]))
-						add(s.Commit(tokens[4+block : 4+2*block]))
-					}
-					batch2 := batch2Windows(t, m, 32)
-					add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
-					add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
-					add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
-				})
-			t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
-		})
+	for _, kernels := range []struct {
+		name string
+		b    compute.Backend
+	}{{"attention", withTriton}, {"attention and rope", withRope}} {
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(kernels.name+"/"+filepath.Base(dir), func(t *testing.T) {
+				worst := requireBF16WindowsMatch(t, kernels.b, plain, dir,
+					[]string{"commit of 4", "second commit of 4", "commit of 1", "second commit of 1",
+						"batch 2, window 8", "batch 2, window 8 over the cache", "batch 2, window 1"},
+					func(m *model.Model, add func([][]float32, error)) {
+						for _, block := range []int{4, 1} {
+							s, err := m.NewSession(32, block)
+							require.NoError(t, err)
+							defer s.Close()
+							_, err = s.Prefill(tokens[:4])
+							require.NoError(t, err)
+							add(s.Commit(tokens[4 : 4+block]))
+							add(s.Commit(tokens[4+block : 4+2*block]))
+						}
+						batch2 := batch2Windows(t, m, 32)
+						add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+						add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+						add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
+					})
+				t.Logf("max |triton - plain| / max |plain| over the logits: %.2g", worst)
+			})
+		}
 	}
 }
 

@@ -196,6 +196,30 @@ func TestTritonPDLInModels(t *testing.T) {
 	}
 }
 
+// With option triton=rope our attention kernel reads the rows of the qkv product and
+// rotates the queries itself, in every layer of the fixture models' one-token and
+// four-token windows, at batch 1 and 2; without it the kernel reads rotated queries.
+func TestTritonRopeInModels(t *testing.T) {
+	const rotating, reading = "tt.func public @attention(%x: !tt.ptr<bf16>", "tt.func public @attention(%q: !tt.ptr<bf16>"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		for _, rope := range []bool{false, true} {
+			options := "triton=attention"
+			if rope {
+				options += ",triton=rope"
+			}
+			b, err := hlo.NewBuildOnlyWith(options)
+			require.NoError(t, err)
+			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
+				text, layers := windowText(t, b, dir, w[0], w[1])
+				name := fmt.Sprintf("%s %s, batch %d, width %d", filepath.Base(dir), options, w[0], w[1])
+				want := map[bool]int{false: 0, true: layers}
+				require.Equal(t, want[rope], tritonCallsWith(text, rotating), name)
+				require.Equal(t, want[!rope], tritonCallsWith(text, reading), name)
+			}
+		}
+	}
+}
+
 // windowText is the StableHLO, built on b, of the bf16 fixture model of dir's forward
 // of a window of width positions at batch rows over a cache of 32 slots that writes
 // them all (a commit), and the model's number of layers.

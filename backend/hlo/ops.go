@@ -448,16 +448,24 @@ func (f *Function) Reshape(x compute.Value, dims ...int) (compute.Value, error) 
 
 // Transpose implements compute.StandardOps.
 func (f *Function) Transpose(x compute.Value, permutation ...int) (compute.Value, error) {
-	return f.unary(compute.OpTypeTranspose, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	out, err := f.unary(compute.OpTypeTranspose, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Transpose(v, permutation...)
 	}, x)
+	if o := originOf(out); o != nil {
+		o.axes = permutation
+	}
+	return out, err
 }
 
 // BroadcastInDim implements compute.StandardOps.
 func (f *Function) BroadcastInDim(x compute.Value, outputShape shapes.Shape, broadcastAxes []int) (compute.Value, error) {
-	return f.unary(compute.OpTypeBroadcastInDim, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	out, err := f.unary(compute.OpTypeBroadcastInDim, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.BroadcastInDim(v, toXLA(outputShape), broadcastAxes)
 	}, x)
+	if o := originOf(out); o != nil {
+		o.axes = broadcastAxes
+	}
+	return out, err
 }
 
 // Slice implements compute.StandardOps; nil strides are all 1.
@@ -488,7 +496,14 @@ func (f *Function) Concatenate(axis int, operands ...compute.Value) (compute.Val
 		return nil, opError(compute.OpTypeConcatenate, err)
 	}
 	v, err := stablehlo.Concatenate(axis, vs...)
-	return f.result(compute.OpTypeConcatenate, v, err)
+	out, err := f.result(compute.OpTypeConcatenate, v, err)
+	if err == nil {
+		f.record(out, compute.OpTypeConcatenate, operands...)
+		if o := originOf(out); o != nil {
+			o.axes = []int{axis}
+		}
+	}
+	return out, err
 }
 
 // Iota implements compute.StandardOps.

@@ -18,6 +18,12 @@ type Attention struct {
 	BiasHeads int
 	// Scale multiplies the scores q·kᵀ before the bias is added.
 	Scale float64
+	// RotaryHeads, when positive, has the kernel read rows x [B, T, RotaryHeads, D]
+	// bfloat16 instead of q, with cos and sin [B, T, D/2] float32: query head h of
+	// position t is x's head h at t rotated as model's rotary.apply rotates it
+	// (rotate_half: x₁·cos − x₂·sin, x₂·cos + x₁·sin in float32, rounded to bfloat16),
+	// so that the queries' rotation needs no kernel of its own.
+	RotaryHeads int
 }
 
 // AttentionKeys is the keys one step of the attention kernel's loop reads: the peer's
@@ -96,13 +102,16 @@ func CheckAttention(a Attention) error {
 		errs = append(errs, fmt.Errorf("%d query heads per key/value head times %d queries is %d rows, over %d",
 			a.group(), a.T, r, maxAttentionRows))
 	}
+	if a.RotaryHeads != 0 && (a.RotaryHeads < a.Heads || a.D%2 != 0) {
+		errs = append(errs, fmt.Errorf("rotated queries: %d heads of x for %d query heads of dimension %d", a.RotaryHeads, a.Heads, a.D))
+	}
 	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
 		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
 	}
 	if !isPowerOfTwo(a.D) || a.D < 16 || a.D > 128 {
 		errs = append(errs, fmt.Errorf("head dimension %d: a power of two from 16 to 128", a.D))
 	}
-	if int64(a.B)*int64(max(a.Heads*a.T, a.KVHeads))*int64(a.S+AttentionKeys)*int64(max(a.D, a.T)) > math.MaxInt32 {
+	if int64(a.B)*int64(max(max(a.Heads, a.RotaryHeads)*a.T, a.KVHeads))*int64(a.S+AttentionKeys)*int64(max(a.D, a.T)) > math.MaxInt32 {
 		errs = append(errs, fmt.Errorf("%+v: too large for int32 offsets", a))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -130,7 +139,7 @@ func AttentionTTIR(a Attention) (string, error) {
 		return "", err
 	}
 	text := `module {
-  tt.func public @attention(%q: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+  tt.func public @attention($QARGS, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
 ` + waitMark + `    %pid = tt.get_program_id x : i32
     %cSplits = arith.constant $SPLITS : i32
     %cKVH = arith.constant $KVH : i32
@@ -161,10 +170,7 @@ func AttentionTTIR(a Attention) (string, error) {
     %rd0 = tt.expand_dims %rd {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %qo = arith.addi %qoffb, %rdb : tensor<$RxDxi32>
-    %qbase = tt.splat %q : !tt.ptr<bf16> -> tensor<$RxDx!tt.ptr<bf16>>
-    %qp = tt.addptr %qbase, %qo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
-    %qv = tt.load %qp : tensor<$RxDx!tt.ptr<bf16>>
-    %cS = arith.constant $S : i32
+$QLOAD    %cS = arith.constant $S : i32
     %kvrow = arith.muli %bkv, %cS : i32
     %kvrows = tt.splat %kvrow : i32 -> tensor<$BNxi32>
     %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
@@ -284,6 +290,11 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
 `
 	}
 	text = strings.Replace(text, "$BIASROW", biasRow, 1)
+	args, load := queryArgs, queryLoad
+	if a.RotaryHeads > 0 {
+		args, load = rotaryArgs, strings.NewReplacer("$XH", strconv.Itoa(a.RotaryHeads), "$HALF", strconv.Itoa(a.D/2)).Replace(rotaryLoad)
+	}
+	text = strings.NewReplacer("$QARGS", args, "$QLOAD", load).Replace(text)
 	r := strconv.Itoa(a.Rows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
 	return strings.NewReplacer(
@@ -294,6 +305,78 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
 		"$S", strconv.Itoa(a.S), "$L", strconv.Itoa(a.KeysPerSplit()),
 	).Replace(text), nil
 }
+
+// queryArgs and queryLoad are the attention kernel's query argument q [B, Heads, T, D]
+// and its load of the program's rows, %qv [R, D] (%qo their offsets in q).
+const (
+	queryArgs = "%q: !tt.ptr<bf16> {tt.divisibility = 16 : i32}"
+	queryLoad = `    %qbase = tt.splat %q : !tt.ptr<bf16> -> tensor<$RxDx!tt.ptr<bf16>>
+    %qp = tt.addptr %qbase, %qo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
+    %qv = tt.load %qp : tensor<$RxDx!tt.ptr<bf16>>
+`
+)
+
+// rotaryArgs and rotaryLoad are queryArgs and queryLoad where Attention.RotaryHeads is
+// set: the rows x [B, T, $XH, D] and cos, sin [B, T, $HALF], and %qv made from x's row
+// of each query (position %pos = b·T + t, head %xh) and its partner columns (d + D/2
+// mod D) as rotary.apply makes it. x's second half times −1 is exact, so the sum
+// x·cos + (±x')·sin rounds as the graph's difference and sum do.
+const (
+	rotaryArgs = "%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}"
+	rotaryLoad = `    %h0s = tt.splat %h0 : i32 -> tensor<$Rxi32>
+    %xh = arith.addi %h0s, %hq : tensor<$Rxi32>
+    %cTx = arith.constant $T : i32
+    %bTx = arith.muli %bi, %cTx : i32
+    %bTxs = tt.splat %bTx : i32 -> tensor<$Rxi32>
+    %pos = arith.addi %bTxs, %iq : tensor<$Rxi32>
+    %XHr = arith.constant dense<$XH> : tensor<$Rxi32>
+    %xr0 = arith.muli %pos, %XHr : tensor<$Rxi32>
+    %xrow = arith.addi %xr0, %xh : tensor<$Rxi32>
+    %xoff = arith.muli %xrow, %Dr : tensor<$Rxi32>
+    %xoff2 = tt.expand_dims %xoff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %xoffb = tt.broadcast %xoff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
+    %xo = arith.addi %xoffb, %rdb : tensor<$RxDxi32>
+    %halfd = arith.constant dense<$HALF> : tensor<$Dxi32>
+    %Dd = arith.constant dense<$D> : tensor<$Dxi32>
+    %rdh = arith.addi %rd, %halfd : tensor<$Dxi32>
+    %rdp = arith.remsi %rdh, %Dd : tensor<$Dxi32>
+    %rdp0 = tt.expand_dims %rdp {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
+    %rdpb = tt.broadcast %rdp0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
+    %xpo = arith.addi %xoffb, %rdpb : tensor<$RxDxi32>
+    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$RxDx!tt.ptr<bf16>>
+    %xp = tt.addptr %xbase, %xo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
+    %xv = tt.load %xp : tensor<$RxDx!tt.ptr<bf16>>
+    %xf = arith.extf %xv : tensor<$RxDxbf16> to tensor<$RxDxf32>
+    %xpp = tt.addptr %xbase, %xpo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
+    %xpv = tt.load %xpp : tensor<$RxDx!tt.ptr<bf16>>
+    %xpf = arith.extf %xpv : tensor<$RxDxbf16> to tensor<$RxDxf32>
+    %HALFr = arith.constant dense<$HALF> : tensor<$Rxi32>
+    %coff = arith.muli %pos, %HALFr : tensor<$Rxi32>
+    %coff2 = tt.expand_dims %coff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %coffb = tt.broadcast %coff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
+    %rdc = arith.remsi %rd, %halfd : tensor<$Dxi32>
+    %rdc0 = tt.expand_dims %rdc {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
+    %rdcb = tt.broadcast %rdc0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
+    %cso = arith.addi %coffb, %rdcb : tensor<$RxDxi32>
+    %cbase = tt.splat %cos : !tt.ptr<f32> -> tensor<$RxDx!tt.ptr<f32>>
+    %cptr = tt.addptr %cbase, %cso : tensor<$RxDx!tt.ptr<f32>>, tensor<$RxDxi32>
+    %cv = tt.load %cptr : tensor<$RxDx!tt.ptr<f32>>
+    %sbase = tt.splat %sin : !tt.ptr<f32> -> tensor<$RxDx!tt.ptr<f32>>
+    %sptr = tt.addptr %sbase, %cso : tensor<$RxDx!tt.ptr<f32>>, tensor<$RxDxi32>
+    %sv = tt.load %sptr : tensor<$RxDx!tt.ptr<f32>>
+    %first = arith.cmpi slt, %rd, %halfd : tensor<$Dxi32>
+    %plus = arith.constant dense<1.000000e+00> : tensor<$Dxf32>
+    %minus = arith.constant dense<-1.000000e+00> : tensor<$Dxf32>
+    %sgn = arith.select %first, %minus, %plus : tensor<$Dxi1>, tensor<$Dxf32>
+    %sgn0 = tt.expand_dims %sgn {axis = 0 : i32} : tensor<$Dxf32> -> tensor<1x$Dxf32>
+    %sgnb = tt.broadcast %sgn0 : tensor<1x$Dxf32> -> tensor<$RxDxf32>
+    %xcos = arith.mulf %xf, %cv : tensor<$RxDxf32>
+    %xps = arith.mulf %xpf, %sgnb : tensor<$RxDxf32>
+    %xsin = arith.mulf %xps, %sv : tensor<$RxDxf32>
+    %rot = arith.addf %xcos, %xsin : tensor<$RxDxf32>
+    %qv = arith.truncf %rot : tensor<$RxDxf32> to tensor<$RxDxbf16>
+`
+)
 
 // combineSplits is the splits AttentionCombineTTIR's programs load at once: a's
 // splits rounded up to a power of two of at least 16, the padding masked.

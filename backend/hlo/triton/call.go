@@ -4,6 +4,7 @@ package triton
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/compute/dtypes"
@@ -151,17 +152,26 @@ func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stable
 	return kn.callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
 }
 
-// AttentionOutput appends our attention of a to q's function for q, k, v and bias as a
-// describes them and lens [B] int32 (keys read per batch row), and returns its output
-// [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split partial results
-// AttentionCombineTTIR's kernel combines.
-func (kn Kernels) AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
-	want := []shapes.Shape{
-		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D), shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
-		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
-		shapes.Make(dtypes.Int32, a.B),
+// AttentionOutput appends our attention of a to k's function for the queries, k, v
+// and bias as a describes them and lens [B] int32 (keys read per batch row), and
+// returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split
+// partial results AttentionCombineTTIR's kernel combines. The queries are q, or where
+// a.RotaryHeads is set the rows x [B, T, RotaryHeads, D] bfloat16 and cos and sin
+// [B, T, D/2] float32 that the kernel rotates them with.
+func (kn Kernels) AttentionOutput(queries []*stablehlo.Value, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
+	want := []shapes.Shape{shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)}
+	if a.RotaryHeads > 0 {
+		want = []shapes.Shape{shapes.Make(dtypes.BFloat16, a.B, a.T, a.RotaryHeads, a.D),
+			shapes.Make(dtypes.Float32, a.B, a.T, a.D/2), shapes.Make(dtypes.Float32, a.B, a.T, a.D/2)}
 	}
-	for i, x := range []*stablehlo.Value{q, k, v, bias, lens} {
+	want = append(want, shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
+		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
+		shapes.Make(dtypes.Int32, a.B))
+	operands := append(slices.Clone(queries), k, v, bias, lens)
+	if len(operands) != len(want) {
+		return nil, fmt.Errorf("triton: attention of %d queries' operands, want %d", len(queries), len(want)-4)
+	}
+	for i, x := range operands {
 		if !x.Shape().Equal(want[i]) {
 			return nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
 		}
@@ -171,7 +181,7 @@ func (kn Kernels) AttentionOutput(q, k, v, bias, lens *stablehlo.Value, a Attent
 		return nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), []*stablehlo.Value{q, k, v, bias, lens},
+	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), operands,
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
