@@ -3,6 +3,7 @@
 package hlo_test
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/gomlx/compute"
@@ -48,7 +49,16 @@ func TestTritonRopeRecognises(t *testing.T) {
 			return []*Node{out}
 		})
 		require.Equal(t, 1, tritonCallsWith(text, "tt.func public @attention("), "our attention kernel runs")
-		return tritonCallsWith(text, "tt.func public @attention(%x: !tt.ptr<bf16>")
+		n := tritonCallsWith(text, "tt.func public @attention(%x: !tt.ptr<bf16>")
+		if n == 1 {
+			// The kernel's first operands are x, then cos and sin reshaped, in that order.
+			call := regexp.MustCompile(`"stablehlo.custom_call"\(%arg0, (%\w+), (%\w+), %arg3, %arg4,`).FindStringSubmatch(text)
+			require.NotNil(t, call, "x, cos, sin, k, v")
+			for i, factor := range []string{"%arg1", "%arg2"} {
+				require.Contains(t, text, call[i+1]+` = "stablehlo.reshape"(`+factor+`)`)
+			}
+		}
+		return n
 	}
 	require.Equal(t, 1, rotating(func(x, cos, sin *Node) *Node { return rotate(x, cos, sin, model) }))
 	require.Zero(t, rotating(func(x, cos, sin *Node) *Node { return x }), "not rotated")
