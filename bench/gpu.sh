@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh peer steps       the same-run comparison: the peer, then batch-1
-#                                      steps and prefill on XLA's backend and ours (~320 s)
+#                                      steps and prefill on XLA's backend and ours (~340 s)
 #   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the model fixtures (<= 270 s); hlodecoder: the
@@ -152,9 +152,9 @@ hlodecode() {
 }
 
 steps() {
-  # Batch-1 steps in a device loop of 20 and prefill (cuDNN attention) on XLA's backend
+  # Batch-1 steps in a device loop of 20 (and per step added to one of 80) and prefill (cuDNN attention) on XLA's backend
   # and ours as picked on CUDA; after peer in the same call, the
-  # same-run comparison of BENCHMARKS.md (~180 s; with the peer ~320 s). Our steps
+  # same-run comparison of BENCHMARKS.md (~200 s; with the peer ~340 s, run CU). Our steps
   # attend over their whole cache: 2048 slots, then 528, the peer's bucket for a
   # context of 512 (its decode steps attend over roundup(context + commit, 16) slots),
   # then 768, what our decoder would size (a multiple of 256: no padding of the keys).
