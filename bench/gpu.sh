@@ -152,9 +152,10 @@ hlodecode() {
 }
 
 steps() {
-  # Batch-1 steps in a device loop of 20 (and per step added to one of 80) and prefill (cuDNN attention) on XLA's backend
-  # and ours as picked on CUDA; after peer in the same call, the
-  # same-run comparison of BENCHMARKS.md (~200 s; with the peer ~340 s, run CU). Our steps
+  # Batch-1 steps in a device loop of 20 (and per step added to one of 80) and prefill
+  # (cuDNN attention) on XLA's backend and ours as picked on CUDA; after peer in the
+  # same call, the same-run comparison of BENCHMARKS.md (~200 s; with the peer ~340 s,
+  # run CU). Our steps
   # attend over their whole cache: 2048 slots, then 528, the peer's bucket for a
   # context of 512 (its decode steps attend over roundup(context + commit, 16) slots),
   # then 768, what our decoder would size (a multiple of 256: no padding of the keys).
