@@ -164,6 +164,9 @@ func (o options) apply(b *Backend) {
 		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope
 }
 
+// tritonOptions lists the values of option triton, for parseOptions' errors.
+const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope"
+
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
 	var o options
@@ -199,10 +202,10 @@ func parseOptions(list string) (options, error) {
 			case "rope":
 				o.tritonRope = true
 			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope)", option, value)
+				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope)", option)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, %s)", option, tritonOptions)
 		}
 	}
 	return o, nil

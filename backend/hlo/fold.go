@@ -287,13 +287,13 @@ func isHalf(s *value, h int) bool {
 }
 
 // residualProduct returns, with option triton=fold, lhs + rhs as one Triton kernel
-// (triton.GEMVResidual) when one is a dense product of one row (denseProduct) and the
+// (triton.Kernels.GEMVResidual) when one is a dense product of one row (denseProduct) and the
 // other a float32 residual of its shape, either way round: model's residual adds after
 // its o and down projections, whose sums then need no kernel of their own. That holds
 // for o too, which option triton=gemv leaves to XLA's dot: once our GEMV with the
 // norm reads the sum, XLA runs its dot and the add as two kernels (BENCHMARKS.md, run
 // CJ). Where the product's input is swiGLU of the gate/up projection (swiGLUOf), the
-// kernel computes that too (triton.GEMVSwiGLUResidual). The product it replaces is
+// kernel computes that too (triton.Kernels.GEMVSwiGLUResidual). The product it replaces is
 // left unused, for XLA to remove. ok is false, with nothing added, for every other
 // sum.
 func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {

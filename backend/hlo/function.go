@@ -44,7 +44,7 @@ type value struct {
 	fn     *Function
 	v      *stablehlo.Value
 	shape  shapes.Shape
-	origin *origin // how it was made, where normedProduct may need it (fold.go)
+	origin *origin // how it was made, where fold.go's and rope.go's recognisers may need it
 }
 
 // notImplemented is the error of every operation the package leaves out.

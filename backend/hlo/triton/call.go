@@ -24,7 +24,7 @@ type Kernels struct {
 	// after it launch once its main loop is done (griddepcontrol.launch_dependents), so
 	// that the next kernel's programs are placed while its own store their results.
 	// XLA launches custom calls' kernels with programmatic dependencies (a kernel that
-	// triggered at its start made the one after it start early, run CR in
+	// triggered at its start made the one after it start early, runs CR and CT in
 	// BENCHMARKS.md); on the H200 this made the AR step at batch 1 3-4 % faster (run
 	// CT). Triggering at the start instead, as the PyTorch peer does, made it 7-8 %
 	// slower: XLA's kernels after ours then wait beside them.
