@@ -15,33 +15,65 @@ import (
 
 // rotatedQueries returns, with option triton=rope, the operands and shape of our
 // attention kernel a that rotates the queries itself when query, the attention's q
-// [B, Heads, T, D] (BHSD), is model's rotated queries (see rotatedQuery): x [B, T, n, D]
-// and cos and sin reshaped to [B, T, D/2]. XLA then drops the rotation of the queries,
-// one kernel a layer; the keys' rotation stays where the cache's placement computes it.
+// [B, Heads, T, D] (BHSD), is model's rotated queries (see rotatedQuery): the rows the
+// queries were sliced from (queryRows) and cos and sin reshaped to [B, T, D/2]. XLA
+// then drops the rotation of the queries and their slice, one kernel a layer; the keys'
+// rotation stays where the cache's placement computes it. Only one-token windows take
+// it: there the AR step gained 1.8 % on the H200, while windows of 4 gained nothing and
+// the fused step's of 8 lost up to 3 % (BENCHMARKS.md, run CY), each of their programs
+// rotating 64 query rows before its first keys.
 func (f *Function) rotatedQueries(query compute.Value, a triton.Attention) ([]*stablehlo.Value, triton.Attention, bool) {
 	q, ok := query.(*value)
-	if !f.builder.backend.tritonRope || !ok {
+	if !f.builder.backend.tritonRope || !ok || a.T != 1 {
 		return nil, a, false
 	}
 	x, cos, sin, ok := rotatedQuery(q)
 	if !ok {
 		return nil, a, false
 	}
-	a.RotaryHeads = x.shape.Dimensions[2]
+	rows, rotaryFloat32 := queryRows(x)
+	a.RotaryRow = rows.shape.Size() / (a.B * a.T)
+	a.RotaryFloat32 = rotaryFloat32
 	if triton.CheckAttention(a) != nil {
 		return nil, a, false
 	}
-	vs, err := f.operands(x, cos, sin)
+	vs, err := f.operands(rows, cos, sin)
 	if err != nil {
 		return nil, a, false
 	}
-	rows := shapes.Make(dtypes.Float32, a.B, a.T, a.D/2)
-	for i := 1; i < 3; i++ {
-		if vs[i], err = stablehlo.Reshape(vs[i], toXLA(rows)); err != nil {
+	for i, s := range []shapes.Shape{shapes.Make(rows.shape.DType, a.B, a.T, a.RotaryRow),
+		shapes.Make(dtypes.Float32, a.B, a.T, a.D/2), shapes.Make(dtypes.Float32, a.B, a.T, a.D/2)} {
+		if vs[i], err = stablehlo.Reshape(vs[i], toXLA(s)); err != nil {
 			return nil, a, false
 		}
 	}
 	return vs, a, true
+}
+
+// queryRows follows x [b, t, n, d], the rows of heads rotatedQuery found, back to rows
+// that hold them without a slice, so that the kernel reads them where they are: model's
+// Reshape(SliceAxis(qkv, -1, 0:n·d)) of its fused product's rows qkv [b, t, R], and
+// behind qkv's rounding to bfloat16 the float32 product (isFloat32 true), which the
+// kernel rounds as it loads. It returns x itself where it was made otherwise.
+func queryRows(x *value) (rows *value, isFloat32 bool) {
+	slice := x
+	if opOf(slice) == compute.OpTypeReshape {
+		slice = slice.origin.args[0]
+	}
+	if opOf(slice) != compute.OpTypeSlice || slice.origin.starts == nil {
+		return x, false
+	}
+	qkv := slice.origin.args[0]
+	dims := qkv.shape.Dimensions
+	if len(dims) != 3 || dims[0] != x.shape.Dimensions[0] || dims[1] != x.shape.Dimensions[1] ||
+		!slices.Equal(slice.origin.starts, []int{0, 0, 0}) ||
+		!slices.Equal(slice.origin.limits, []int{dims[0], dims[1], x.shape.Dimensions[2] * x.shape.Dimensions[3]}) {
+		return x, false
+	}
+	if opOf(qkv) == compute.OpTypeConvertDType && qkv.origin.args[0].shape.DType == dtypes.Float32 {
+		return qkv.origin.args[0], true
+	}
+	return qkv, false
 }
 
 // rotatedQuery recognises model's rotated queries (model/attention.go) in an

@@ -18,12 +18,17 @@ type Attention struct {
 	BiasHeads int
 	// Scale multiplies the scores q·kᵀ before the bias is added.
 	Scale float64
-	// RotaryHeads, when positive, has the kernel read rows x [B, T, RotaryHeads, D]
-	// bfloat16 instead of q, with cos and sin [B, T, D/2] float32: query head h of
-	// position t is x's head h at t rotated as model's rotary.apply rotates it
+	// RotaryRow, when positive, has the kernel read rows x [B, T, RotaryRow] instead of
+	// q, with cos and sin [B, T, D/2] float32: query head h of position t is columns
+	// h·D to (h+1)·D of x's row at t, rotated as model's rotary.apply rotates it
 	// (rotate_half: x₁·cos − x₂·sin, x₂·cos + x₁·sin in float32, rounded to bfloat16),
-	// so that the queries' rotation needs no kernel of its own.
-	RotaryHeads int
+	// so that the queries' rotation needs no kernel of its own. The row may hold more
+	// than the queries (model's fused q/k/v product), so that they need no slice either.
+	RotaryRow int
+	// RotaryFloat32 has x float32, rounded to bfloat16 as the kernel loads it (the
+	// graph's rounding of a float32 product before its rotation); otherwise x is
+	// bfloat16.
+	RotaryFloat32 bool
 }
 
 // AttentionKeys is the keys one step of the attention kernel's loop reads: the peer's
@@ -102,8 +107,8 @@ func CheckAttention(a Attention) error {
 		errs = append(errs, fmt.Errorf("%d query heads per key/value head times %d queries is %d rows, over %d",
 			a.group(), a.T, r, maxAttentionRows))
 	}
-	if a.RotaryHeads != 0 && (a.RotaryHeads < a.Heads || a.D%2 != 0) {
-		errs = append(errs, fmt.Errorf("rotated queries: %d heads of x for %d query heads of dimension %d", a.RotaryHeads, a.Heads, a.D))
+	if a.RotaryRow != 0 && (a.RotaryRow < a.Heads*a.D || a.D%2 != 0) {
+		errs = append(errs, fmt.Errorf("rotated queries: rows of %d columns of x for %d query heads of dimension %d", a.RotaryRow, a.Heads, a.D))
 	}
 	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
 		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
@@ -111,7 +116,8 @@ func CheckAttention(a Attention) error {
 	if !isPowerOfTwo(a.D) || a.D < 16 || a.D > 128 {
 		errs = append(errs, fmt.Errorf("head dimension %d: a power of two from 16 to 128", a.D))
 	}
-	if int64(a.B)*int64(max(max(a.Heads, a.RotaryHeads)*a.T, a.KVHeads))*int64(a.S+AttentionKeys)*int64(max(a.D, a.T)) > math.MaxInt32 {
+	if int64(a.B)*int64(max(a.Heads*a.T, a.KVHeads))*int64(a.S+AttentionKeys)*int64(max(a.D, a.T)) > math.MaxInt32 ||
+		int64(a.B)*int64(a.T)*int64(a.RotaryRow) > math.MaxInt32 {
 		errs = append(errs, fmt.Errorf("%+v: too large for int32 offsets", a))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -291,8 +297,14 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
 	}
 	text = strings.Replace(text, "$BIASROW", biasRow, 1)
 	args, load := queryArgs, queryLoad
-	if a.RotaryHeads > 0 {
-		args, load = rotaryArgs, strings.NewReplacer("$XH", strconv.Itoa(a.RotaryHeads), "$HALF", strconv.Itoa(a.D/2)).Replace(rotaryLoad)
+	if a.RotaryRow > 0 {
+		xtype, round, xb, xpb := "bf16", "", "%xv", "%xpv"
+		if a.RotaryFloat32 {
+			xtype, round, xb, xpb = "f32", roundedLoad, "%xb", "%xpb"
+		}
+		r := strings.NewReplacer("$XROUND", round, "$XROW", strconv.Itoa(a.RotaryRow), "$XT", xtype,
+			"$XB", xb, "$XPB", xpb, "$HALF", strconv.Itoa(a.D/2))
+		args, load = r.Replace(rotaryArgs), r.Replace(rotaryLoad)
 	}
 	text = strings.NewReplacer("$QARGS", args, "$QLOAD", load).Replace(text)
 	r := strconv.Itoa(a.Rows())
@@ -316,23 +328,24 @@ const (
 `
 )
 
-// rotaryArgs and rotaryLoad are queryArgs and queryLoad where Attention.RotaryHeads is
-// set: the rows x [B, T, $XH, D] and cos, sin [B, T, $HALF], and %qv made from x's row
-// of each query (position %pos = b·T + t, head %xh) and its partner columns (d + D/2
-// mod D) as rotary.apply makes it. x's second half times −1 is exact, so the sum
+// rotaryArgs and rotaryLoad are queryArgs and queryLoad where Attention.RotaryRow is
+// set: the rows x [B, T, $XROW] of type $XT and cos, sin [B, T, $HALF], and %qv made
+// from each query's columns of x (position %pos = b·T + t, head %xh) and its partner
+// columns (d + D/2 mod D) as rotary.apply makes it; $XROUND rounds float32 x to bfloat16
+// first (roundedLoad), as the graph does, and $XB and $XPB name the bfloat16 values. x's second half times −1 is exact, so the sum
 // x·cos + (±x')·sin rounds as the graph's difference and sum do.
 const (
-	rotaryArgs = "%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}"
+	rotaryArgs = "%x: !tt.ptr<$XT> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}"
 	rotaryLoad = `    %h0s = tt.splat %h0 : i32 -> tensor<$Rxi32>
     %xh = arith.addi %h0s, %hq : tensor<$Rxi32>
     %cTx = arith.constant $T : i32
     %bTx = arith.muli %bi, %cTx : i32
     %bTxs = tt.splat %bTx : i32 -> tensor<$Rxi32>
     %pos = arith.addi %bTxs, %iq : tensor<$Rxi32>
-    %XHr = arith.constant dense<$XH> : tensor<$Rxi32>
-    %xr0 = arith.muli %pos, %XHr : tensor<$Rxi32>
-    %xrow = arith.addi %xr0, %xh : tensor<$Rxi32>
-    %xoff = arith.muli %xrow, %Dr : tensor<$Rxi32>
+    %XRr = arith.constant dense<$XROW> : tensor<$Rxi32>
+    %xr0 = arith.muli %pos, %XRr : tensor<$Rxi32>
+    %xhd = arith.muli %xh, %Dr : tensor<$Rxi32>
+    %xoff = arith.addi %xr0, %xhd : tensor<$Rxi32>
     %xoff2 = tt.expand_dims %xoff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %xoffb = tt.broadcast %xoff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
     %xo = arith.addi %xoffb, %rdb : tensor<$RxDxi32>
@@ -343,13 +356,13 @@ const (
     %rdp0 = tt.expand_dims %rdp {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdpb = tt.broadcast %rdp0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %xpo = arith.addi %xoffb, %rdpb : tensor<$RxDxi32>
-    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$RxDx!tt.ptr<bf16>>
-    %xp = tt.addptr %xbase, %xo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
-    %xv = tt.load %xp : tensor<$RxDx!tt.ptr<bf16>>
-    %xf = arith.extf %xv : tensor<$RxDxbf16> to tensor<$RxDxf32>
-    %xpp = tt.addptr %xbase, %xpo : tensor<$RxDx!tt.ptr<bf16>>, tensor<$RxDxi32>
-    %xpv = tt.load %xpp : tensor<$RxDx!tt.ptr<bf16>>
-    %xpf = arith.extf %xpv : tensor<$RxDxbf16> to tensor<$RxDxf32>
+    %xbase = tt.splat %x : !tt.ptr<$XT> -> tensor<$RxDx!tt.ptr<$XT>>
+    %xp = tt.addptr %xbase, %xo : tensor<$RxDx!tt.ptr<$XT>>, tensor<$RxDxi32>
+    %xv = tt.load %xp : tensor<$RxDx!tt.ptr<$XT>>
+    %xpp = tt.addptr %xbase, %xpo : tensor<$RxDx!tt.ptr<$XT>>, tensor<$RxDxi32>
+    %xpv = tt.load %xpp : tensor<$RxDx!tt.ptr<$XT>>
+$XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
+    %xpf = arith.extf $XPB : tensor<$RxDxbf16> to tensor<$RxDxf32>
     %HALFr = arith.constant dense<$HALF> : tensor<$Rxi32>
     %coff = arith.muli %pos, %HALFr : tensor<$Rxi32>
     %coff2 = tt.expand_dims %coff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
@@ -377,6 +390,12 @@ const (
     %qv = arith.truncf %rot : tensor<$RxDxf32> to tensor<$RxDxbf16>
 `
 )
+
+// roundedLoad rounds float32 x's loaded values %xv and %xpv to bfloat16 (to nearest,
+// ties to even, as XLA's conversion does) as %xb and %xpb, which rotaryLoad then widens.
+const roundedLoad = `    %xb = arith.truncf %xv : tensor<$RxDxf32> to tensor<$RxDxbf16>
+    %xpb = arith.truncf %xpv : tensor<$RxDxf32> to tensor<$RxDxbf16>
+`
 
 // combineSplits is the splits AttentionCombineTTIR's programs load at once: a's
 // splits rounded up to a power of two of at least 16, the padding masked.

@@ -138,38 +138,52 @@ func TestAttentionCombineTTIR(t *testing.T) {
 	require.ErrorContains(t, err, "72 rows, over 64")
 }
 
-// With RotaryHeads the kernel reads x, cos and sin for its queries and rotates them:
-// x's row of query head h at position p = b·T + t is p·RotaryHeads + h, the partner of
-// column d is (d + D/2) mod D, both halves' factor column is d mod D/2, and the first
-// half's partner is negated; every value is defined once.
+// With RotaryRow the kernel reads x, cos and sin for its queries and rotates them:
+// query head h at position p = b·T + t starts at column p·RotaryRow + h·D of x, the
+// partner of column d is (d + D/2) mod D, both halves' factor column is d mod D/2, and
+// the first half's partner is negated; float32 x is rounded to bfloat16 first. Every
+// value is defined once.
 func TestRotaryAttentionTTIR(t *testing.T) {
 	a := decodeAttention(4, 516)
-	a.RotaryHeads = 18
-	text, err := AttentionTTIR(a)
-	require.NoError(t, err)
-	requireWellFormed(t, text)
-	require.Contains(t, text, "@attention(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %k:")
-	require.NotContains(t, text, "%q:")
-	for _, line := range []string{
-		"%XHr = arith.constant dense<18> : tensor<32xi32>",
-		"%xr0 = arith.muli %pos, %XHr",
-		"%halfd = arith.constant dense<64> : tensor<128xi32>",
-		"%rdp = arith.remsi %rdh, %Dd",
-		"%rdc = arith.remsi %rd, %halfd",
-		"%sgn = arith.select %first, %minus, %plus",
-		"%qv = arith.truncf %rot : tensor<32x128xf32> to tensor<32x128xbf16>",
-	} {
-		require.Contains(t, text, line)
+	for _, rotaryFloat32 := range []bool{false, true} {
+		a.RotaryRow, a.RotaryFloat32 = 20*128, rotaryFloat32
+		text, err := AttentionTTIR(a)
+		require.NoError(t, err)
+		requireWellFormed(t, text)
+		xtype, widened := "bf16", "%xv"
+		if rotaryFloat32 {
+			xtype, widened = "f32", "%xb"
+			require.Contains(t, text, "%xb = arith.truncf %xv : tensor<32x128xf32> to tensor<32x128xbf16>")
+			require.Contains(t, text, "%xpb = arith.truncf %xpv : tensor<32x128xf32> to tensor<32x128xbf16>")
+		} else {
+			require.NotContains(t, text, "%xb =")
+		}
+		require.Contains(t, text, "@attention(%x: !tt.ptr<"+xtype+"> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %k:")
+		require.NotContains(t, text, "%q:")
+		for _, line := range []string{
+			"%XRr = arith.constant dense<2560> : tensor<32xi32>",
+			"%xr0 = arith.muli %pos, %XRr",
+			"%xhd = arith.muli %xh, %Dr",
+			"%xv = tt.load %xp : tensor<32x128x!tt.ptr<" + xtype + ">>",
+			"%xf = arith.extf " + widened + " : tensor<32x128xbf16> to tensor<32x128xf32>",
+			"%halfd = arith.constant dense<64> : tensor<128xi32>",
+			"%rdp = arith.remsi %rdh, %Dd",
+			"%rdc = arith.remsi %rd, %halfd",
+			"%sgn = arith.select %first, %minus, %plus",
+			"%qv = arith.truncf %rot : tensor<32x128xf32> to tensor<32x128xbf16>",
+		} {
+			require.Contains(t, text, line)
+		}
+		defined := map[string]int{}
+		for _, m := range regexp.MustCompile(`(?m)^\s*%(\w+)(?::\d+)? =`).FindAllStringSubmatch(text, -1) {
+			defined[m[1]]++
+		}
+		for name, n := range defined {
+			require.Equal(t, 1, n, "%%%s is defined %d times", name, n)
+		}
 	}
-	defined := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^\s*%(\w+)(?::\d+)? =`).FindAllStringSubmatch(text, -1) {
-		defined[m[1]]++
-	}
-	for name, n := range defined {
-		require.Equal(t, 1, n, "%%%s is defined %d times", name, n)
-	}
-	a.RotaryHeads = 8
-	require.ErrorContains(t, CheckAttention(a), "8 heads of x for 16 query heads")
+	a.RotaryRow = 8 * 128
+	require.ErrorContains(t, CheckAttention(a), "rows of 1024 columns of x for 16 query heads")
 }
 
 // The GEMV kernels pass the same checks.

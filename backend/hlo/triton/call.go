@@ -156,12 +156,17 @@ func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stable
 // and bias as a describes them and lens [B] int32 (keys read per batch row), and
 // returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split
 // partial results AttentionCombineTTIR's kernel combines. The queries are q, or where
-// a.RotaryHeads is set the rows x [B, T, RotaryHeads, D] bfloat16 and cos and sin
-// [B, T, D/2] float32 that the kernel rotates them with.
+// a.RotaryRow is set the rows x [B, T, RotaryRow] (float32 with a.RotaryFloat32,
+// otherwise bfloat16) and cos and sin [B, T, D/2] float32 that the kernel rotates them
+// with.
 func (kn Kernels) AttentionOutput(queries []*stablehlo.Value, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
 	want := []shapes.Shape{shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)}
-	if a.RotaryHeads > 0 {
-		want = []shapes.Shape{shapes.Make(dtypes.BFloat16, a.B, a.T, a.RotaryHeads, a.D),
+	if a.RotaryRow > 0 {
+		x := dtypes.BFloat16
+		if a.RotaryFloat32 {
+			x = dtypes.Float32
+		}
+		want = []shapes.Shape{shapes.Make(x, a.B, a.T, a.RotaryRow),
 			shapes.Make(dtypes.Float32, a.B, a.T, a.D/2), shapes.Make(dtypes.Float32, a.B, a.T, a.D/2)}
 	}
 	want = append(want, shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
