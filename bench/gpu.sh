@@ -35,7 +35,7 @@
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
-# option triton=fold and without it), ropeab (option triton=rope against ours), trace
+# option triton=fold and without it), ropeab (ours against ours without triton=rope), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -111,8 +111,8 @@ backend_config() {
     bdxla-gemv-attention) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention" ;;
     bdxla-gemv-attention-fold) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold" ;;
     bdxla-gemv-attention-fold-pdl) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl" ;;
-    ours) backend_config bdxla-gemv-attention-fold-pdl ;; # what backend.Select picks on CUDA
-    ours-rope) echo "$(backend_config ours),triton=rope" ;; # not selected until measured
+    bdxla-gemv-attention-fold-pdl-rope) echo "$(backend_config bdxla-gemv-attention-fold-pdl),triton=rope" ;;
+    ours) backend_config bdxla-gemv-attention-fold-pdl-rope ;; # what backend.Select picks on CUDA
   esac
 }
 
@@ -637,17 +637,17 @@ profile() {
 }
 
 ropeab() {
-  # Option triton=rope (our attention kernel rotates the queries; not selected until
-  # measured) against ours: the GPU tests of our attention kernels with and without it
-  # (TestTritonAttentionModelsMatch), then the batch-1 steps (STEPS, default
-  # denoise,fused,ar) over 528 slots on ours and ours-rope, alternating, ROUNDS rounds
-  # (default 2) (~250 s).
+  # Option triton=rope (our attention kernel rotates one-token windows' queries; ours
+  # since run CY) against ours without it: the GPU tests of our attention kernels with
+  # and without it (TestTritonAttentionModelsMatch), then the batch-1 steps (STEPS,
+  # default denoise,fused,ar) over 528 slots on bdxla-gemv-attention-fold-pdl and ours,
+  # alternating, ROUNDS rounds (default 2) (~250 s).
   section "triton=rope: GPU tests"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TestTritonAttentionModelsMatch' >"$OUT/rope-tests.log" 2>&1
   echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|max \|' "$OUT/rope-tests.log" | head -20
   local round label
   for round in $(seq "${ROUNDS:-2}"); do
-    for label in ours ours-rope; do
+    for label in bdxla-gemv-attention-fold-pdl ours; do
       section "steps on $label, round $round"
       AB_LABEL=$label steps_of .gpu/bin/bench
     done

@@ -86,18 +86,20 @@ var _ compute.Backend = (*Backend)(nil)
 //     where the product is the down projection (triton.GEMVSwiGLUResidualTTIR): the
 //     norm's reduction, its product by the weight, SwiGLU and the add then need no
 //     kernel of their own (fold.go). On the H200 the AR step at batch 1 is 5 % faster
-//     with it (BENCHMARKS.md, runs CJ-CL). Backend selection on CUDA uses
-//     "triton=gemv,triton=attention,triton=fold";
+//     with it (BENCHMARKS.md, runs CJ-CL). Backend selection on CUDA uses it;
 //   - "triton=pdl", which has our Triton kernels take part in programmatic dependent
 //     launch where the device has compute capability 9.0 or later (nothing on
 //     others): each waits for the kernels before it at its start and lets the next
 //     one launch once its main loop is done (triton.Kernels). On the H200 the AR step
 //     at batch 1 is 3-4 % faster with it (BENCHMARKS.md, runs CT and CU). Backend
-//     selection on CUDA uses "triton=gemv,triton=attention,triton=fold,triton=pdl";
-//   - "triton=rope", which, with triton=attention, folds the rotary embedding of the
-//     queries (model's rotary.apply) into our attention kernel, which then reads the
-//     rows of the qkv product and rotates them as it loads them (rope.go): one kernel
-//     less per layer where XLA would rotate them. Not measured yet, not selected.
+//     selection on CUDA uses it;
+//   - "triton=rope", which, with triton=attention, folds the rotary embedding of
+//     one-token windows' queries (model's rotary.apply) into our attention kernel,
+//     which then reads the float32 rows of the qkv product where they are and rotates
+//     the queries as it loads them (rope.go): one kernel less per layer, where XLA
+//     would slice and rotate them. On the H200 the AR step at batch 1 is 1.8 % faster
+//     with it (BENCHMARKS.md, run CY). Backend selection on CUDA uses
+//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
