@@ -874,3 +874,44 @@ func TestInPlaceOutputTakesDonatedBuffer(t *testing.T) {
 	}
 	require.Equal(t, want, tensors.MustCopyFlatData[float32](z))
 }
+
+// BenchmarkExecutionBuffers times executions of a trivial program by the number of its
+// input and output buffers, all on the device: our programs take one buffer per weight
+// and cache tensor (an AR step of the MiniCPM5-2B shape about 340) and a prefill returns
+// each layer's keys and values, so a cost per buffer of PJRT's is part of every
+// execution's own cost, the part the peer's graph replays do not have (BENCHMARKS.md).
+// It reports us/execution, which includes the read of the first output's 4 bytes.
+func BenchmarkExecutionBuffers(b *testing.B) {
+	onPlugin, _ := backends(b)
+	for _, c := range []struct{ in, out int }{{1, 1}, {85, 1}, {340, 1}, {1, 85}, {340, 85}} {
+		b.Run(fmt.Sprintf("in=%d/out=%d", c.in, c.out), func(b *testing.B) {
+			exec, err := NewExec(onPlugin, func(xs []*Node) []*Node {
+				outs := []*Node{ReduceAllSum(Concatenate(xs, 0))} // one or two kernels, whatever the inputs
+				for i := 1; i < c.out; i++ {
+					outs = append(outs, AddScalar(xs[0], float64(i)))
+				}
+				return outs
+			})
+			require.NoError(b, err)
+			inputs := make([]any, c.in)
+			for i := range inputs {
+				inputs[i] = tensors.FromValue(make([]float32, 256))
+			}
+			run := func() {
+				out, err := exec.Call(inputs...)
+				require.NoError(b, err)
+				_, err = out[0].ValueSafe()
+				require.NoError(b, err)
+				for _, t := range out {
+					_ = t.FinalizeAll()
+				}
+			}
+			run()
+			b.ResetTimer()
+			for range b.N {
+				run()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+		})
+	}
+}
