@@ -55,8 +55,10 @@ const InPlaceMarker = "~output="
 // faster, runs CJ-CL); triton=pdl launches our kernels under programmatic dependent
 // launch where the device has it (Hopper: the AR step 3-4 % faster, runs CT and CU);
 // triton=rope has our attention kernel rotate one-token windows' queries itself (the
-// AR step 1.8 % faster, run CY).
-const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope"
+// AR step 1.8 % faster, run CY); triton=norm runs the RMSNorms of several rows, with
+// the residual add before them, as our kernel (the 4- and 8-token steps 1-2 % faster,
+// prefill 1-3 %, run DA).
+const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {

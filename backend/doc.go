@@ -2,15 +2,16 @@
 //
 // XLA on CUDA is chosen when a CUDA PJRT plugin is found, through our own StableHLO
 // backend (package backend/hlo,
-// "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope": its Triton
+// "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm": its Triton
 // GEMVs run 1-row dense products of the larger weights, autoregressive decoding 7 %
 // faster at batch 1; its Triton attention runs windows over the cache at every batch
 // size (at batch 1 the AR step 8-9 % faster, the fused step 4-8 %); the norms, SwiGLU
 // and residual adds around 1-row products run inside its GEMVs (the AR step 5 % faster
 // again), and its kernels hand over to each other by programmatic dependent launch on
 // Hopper (3-4 % again), and its attention kernel rotates one-token windows' queries
-// itself (the AR step 1.8 % faster again); the rest is as fast as go-xla's backend;
-// see BENCHMARKS.md),
+// itself (the AR step 1.8 % faster again); the RMSNorms of several rows run as its own
+// kernel (the 4- and 8-token steps 1-2 % faster, prefill 1-3 %); the rest is as fast as
+// go-xla's backend; see BENCHMARKS.md),
 // otherwise GoMLX's pure-Go backend. The order of precedence is:
 //
 //  1. BLOCKDIFF_PJRT_PLUGIN: the absolute path of a PJRT plugin (.so) to load.

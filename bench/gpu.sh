@@ -35,7 +35,8 @@
 # (cuDNN's prefill attention with three masks), hostcost (a CPU profile of the
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
-# option triton=fold and without it), ropeab (ours against ours without triton=rope), trace
+# option triton=fold and without it), ropeab (ours against ours without triton=rope),
+# normab (ours against ours without triton=norm), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -112,7 +113,8 @@ backend_config() {
     bdxla-gemv-attention-fold) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold" ;;
     bdxla-gemv-attention-fold-pdl) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl" ;;
     bdxla-gemv-attention-fold-pdl-rope) echo "$(backend_config bdxla-gemv-attention-fold-pdl),triton=rope" ;;
-    ours) backend_config bdxla-gemv-attention-fold-pdl-rope ;; # what backend.Select picks on CUDA
+    bdxla-gemv-attention-fold-pdl-rope-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=norm" ;;
+    ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm ;; # what backend.Select picks on CUDA
   esac
 }
 
@@ -548,8 +550,8 @@ alternate() {
 
 prefills() {
   # prefills BENCH [FLAGS...]: the 512- and 2048-token prefill rows of the bench binary
-  # BENCH on ours.
-  GOMLX_BACKEND=$(backend_config ours) timeout 120 "$1" -only prefill "${@:2}" 2>&1 |
+  # BENCH on ours (AB_LABEL: another backend label).
+  GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout 120 "$1" -only prefill "${@:2}" 2>&1 |
     grep -E 'prefill [0-9]+ tokens'
 }
 
@@ -650,6 +652,25 @@ ropeab() {
     for label in bdxla-gemv-attention-fold-pdl ours; do
       section "steps on $label, round $round"
       AB_LABEL=$label steps_of .gpu/bin/bench
+    done
+  done
+}
+
+normab() {
+  # Option triton=norm (our kernel for the RMSNorms of several rows; ours since run DA)
+  # against ours without it: its GPU tests (TestTritonNormModelsMatch), then the batch-1
+  # steps (STEPS, default denoise,fused,ar) over 528 slots and the prefills on
+  # bdxla-gemv-attention-fold-pdl-rope and ours, alternating, ROUNDS rounds (default 2)
+  # (~300 s).
+  section "triton=norm: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TestTritonNormModelsMatch' >"$OUT/norm-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|max \||Error' "$OUT/norm-tests.log" | head -24
+  local round label
+  for round in $(seq "${ROUNDS:-2}"); do
+    for label in bdxla-gemv-attention-fold-pdl-rope ours; do
+      section "steps and prefills on $label, round $round"
+      AB_LABEL=$label steps_of .gpu/bin/bench
+      AB_LABEL=$label prefills .gpu/bin/bench
     done
   done
 }

@@ -55,6 +55,9 @@ type Backend struct {
 	// tritonRope folds the rotation of the queries into our attention kernel (option
 	// "triton=rope", rope.go).
 	tritonRope bool
+	// tritonNorm runs the RMSNorm before a dense layer of several rows, with the
+	// residual add before it, as our Triton kernel (option "triton=norm", norm.go).
+	tritonNorm bool
 	finalized  bool
 }
 
@@ -98,8 +101,13 @@ var _ compute.Backend = (*Backend)(nil)
 //     which then reads the float32 rows of the qkv product where they are and rotates
 //     the queries as it loads them (rope.go): one kernel less per layer, where XLA
 //     would slice and rotate them. On the H200 the AR step at batch 1 is 1.8 % faster
-//     with it (BENCHMARKS.md, run CY). Backend selection on CUDA uses
-//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope".
+//     with it (BENCHMARKS.md, run CY). Backend selection on CUDA uses it;
+//   - "triton=norm", which runs model's RMSNorm before a dense layer of several rows
+//     (the 4- and 8-token steps, prefill), with the residual add before it, as one
+//     Triton kernel of ours where XLA runs two or three (norm.go). On the H200 the 4-
+//     and 8-token steps are 1-2 % faster with it and prefill 1-3 % (BENCHMARKS.md, run
+//     DA). Backend selection on CUDA uses
+//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -158,16 +166,17 @@ type options struct {
 	tritonFold      bool                // "triton=fold"
 	tritonPDL       bool                // "triton=pdl"
 	tritonRope      bool                // "triton=rope"
+	tritonNorm      bool                // "triton=norm"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope =
-		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope, b.tritonNorm =
+		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope, o.tritonNorm
 }
 
 // tritonOptions lists the values of option triton, for parseOptions' errors.
-const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope"
+const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm"
 
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
@@ -203,6 +212,8 @@ func parseOptions(list string) (options, error) {
 				o.tritonPDL = true
 			case "rope":
 				o.tritonRope = true
+			case "norm":
+				o.tritonNorm = true
 			default:
 				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}

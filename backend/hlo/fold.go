@@ -14,12 +14,13 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// origin is how a value was made, kept (with option triton=fold or triton=rope) for
-// normedProduct's recognition of a dense layer after an RMSNorm, residualProduct's of a
-// residual add after one and rotatedQuery's of rotated queries (rope.go): the operation
-// and its operands (unary and binary operations, concatenations, reductions with their
-// axes), a constant scalar's value, or, for a dense product's output, its input and
-// weight.
+// origin is how a value was made, kept (with option triton=fold, triton=rope or
+// triton=norm) for normedProduct's recognition of a dense layer after an RMSNorm,
+// residualProduct's of a residual add after one, rotatedQuery's of rotated queries
+// (rope.go) and normedRows' of a dense layer of several rows after an RMSNorm
+// (norm.go): the operation and its operands (unary and binary operations,
+// concatenations, reductions with their axes), a constant scalar's value, or, for a
+// dense product's output, its input, weight and configuration.
 type origin struct {
 	op     compute.OpType
 	args   []*value
@@ -28,13 +29,17 @@ type origin struct {
 	limits []int
 	scalar *float64 // a float32 constant scalar's
 	x, w   *value   // a dense product's (denseProduct)
+	config compute.DotGeneralConfig
 }
 
-// record notes, with option triton=fold or triton=rope, that out was made by op from
-// args.
+// recordsOrigins reports whether b keeps how values were made (origin): with option
+// triton=fold, triton=rope or triton=norm, whose recognisers read it.
+func (b *Backend) recordsOrigins() bool { return b.tritonFold || b.tritonRope || b.tritonNorm }
+
+// record notes, where the backend records origins, that out was made by op from args.
 func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.Value) {
 	v, ok := out.(*value)
-	if b := f.builder.backend; !(b.tritonFold || b.tritonRope) || !ok {
+	if !f.builder.backend.recordsOrigins() || !ok {
 		return
 	}
 	o := &origin{op: op}
@@ -146,22 +151,23 @@ func normWeightedOf(v, x *value) (g *value, ok bool) {
 	return nil, false
 }
 
-// denseProduct records, on the output of DotGeneral, the dense bfloat16 product of one
-// row x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
+// denseProduct records, on the output of DotGeneral, the dense bfloat16 product of rows
+// x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
 // with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
-// into and residualProduct a residual add (with option triton=fold), whether or not
-// our GEMV computes it.
+// into and residualProduct a residual add where x is one row (with option
+// triton=fold), whether or not our GEMV computes it, and after which normedRows
+// computes the norm of several rows (with option triton=norm).
 func (f *Function) denseProduct(out compute.Value, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
 	o, ok1 := out.(*value)
 	xv, ok2 := x.(*value)
 	wv, ok3 := w.(*value)
-	if !f.builder.backend.tritonFold || !ok1 || !ok2 || !ok3 || xv.shape.DType != dtypes.BFloat16 || wv.shape.DType != dtypes.BFloat16 ||
-		wv.shape.Rank() != 2 || len(xBatch) != 0 || len(wBatch) != 0 || config.OutputDType != dtypes.Float32 ||
-		!slices.Equal(xContracting, []int{xv.shape.Rank() - 1}) || !slices.Equal(wContracting, []int{1}) ||
-		xv.shape.Size() != wv.shape.Dimensions[1] {
+	if b := f.builder.backend; !(b.tritonFold || b.tritonNorm) || !ok1 || !ok2 || !ok3 || xv.shape.DType != dtypes.BFloat16 ||
+		wv.shape.DType != dtypes.BFloat16 || wv.shape.Rank() != 2 || len(xBatch) != 0 || len(wBatch) != 0 ||
+		config.OutputDType != dtypes.Float32 || !slices.Equal(xContracting, []int{xv.shape.Rank() - 1}) ||
+		!slices.Equal(wContracting, []int{1}) || xv.shape.Dimensions[xv.shape.Rank()-1] != wv.shape.Dimensions[1] {
 		return
 	}
-	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv}
+	o.origin = &origin{op: compute.OpTypeDotGeneral, x: xv, w: wv, config: config}
 }
 
 // foldCandidate is one way round of a binary operation's operands: product, a dense
@@ -185,7 +191,8 @@ func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
 	var cs []foldCandidate
 	for _, pair := range [][2]*value{{l, r}, {r, l}} {
 		product := pair[0]
-		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
+		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil ||
+			product.origin.x.shape.Size() != product.origin.w.shape.Dimensions[1] {
 			continue
 		}
 		w := product.origin.w.shape.Dimensions

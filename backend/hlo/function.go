@@ -201,7 +201,7 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
 	out := f.wrap(v)
-	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.tritonFold {
+	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.recordsOrigins() {
 		scalar := float64(x[0])
 		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
 	}

@@ -519,6 +519,37 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 	}
 }
 
+// The bf16 fixture models with triton=norm give the plain backend's logits where our
+// norm kernel runs the RMSNorms of several rows: a prefill of 12 tokens, then a commit
+// of 4, and windows of 8 at batch 2; alone and with the options blockdiff picks on
+// CUDA. The tolerance is TestTritonGEMVModelsMatch's.
+func TestTritonNormModelsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	tokens := append(slices.Clone(testTokens), testTokens...)
+	for _, options := range []string{"notf32,triton=norm", "notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"} {
+		withNorm, err := hlo.WithOptions(plain.(*hlo.Backend), options)
+		require.NoError(t, err)
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
+				worst := requireBF16WindowsMatch(t, withNorm, plain, dir,
+					[]string{"prefill of 12", "commit of 4", "batch 2, window 8", "batch 2, window 8 over the cache"},
+					func(m *model.Model, add func([][]float32, error)) {
+						s, err := m.NewSession(32, 4)
+						require.NoError(t, err)
+						defer s.Close()
+						last, err := s.Prefill(tokens[:12])
+						add([][]float32{last}, err)
+						add(s.Commit(tokens[12:16]))
+						batch2 := batch2Windows(t, m, 32)
+						add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+						add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+					})
+				t.Logf("max |norm - plain| / max |plain| over the logits: %.2g", worst)
+			})
+		}
+	}
+}
+
 // requireBF16WindowsMatch loads the fixture model of dir in bf16 on got and on want,
 // runs the same windows on each (run passes each window's logits rows to add, in the
 // order of names), and requires got's within 2e-2 of the largest of want's (see

@@ -272,3 +272,31 @@ func TestQuantGraphsBuild(t *testing.T) {
 	})
 	require.Contains(t, text, "tensor<4x5xui8>")
 }
+
+// With option triton=norm every RMSNorm before a dense layer of several rows runs as
+// our norm kernel: the first layer's on the embedding alone, every later one on the
+// residual add before it, and the head's where its logits are not scaled (tiny-llama);
+// one-row windows keep XLA's norms (or triton=fold's GEMVs).
+func TestTritonNormInModels(t *testing.T) {
+	const plain, summed = "tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g:",
+		"tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %b:"
+	for _, options := range []string{"triton=norm", "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"} {
+		b, err := hlo.NewBuildOnlyWith(options)
+		require.NoError(t, err)
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
+				text, layers := windowText(t, b, dir, w[0], w[1])
+				name := fmt.Sprintf("%s %s, batch %d, width %d", filepath.Base(dir), options, w[0], w[1])
+				wantPlain, wantSummed := 0, 0
+				if w[0]*w[1] > 1 {
+					wantPlain, wantSummed = 1, 2*layers-1
+					if filepath.Base(dir) == "tiny-llama" { // the MiniCPM fixtures scale their logits
+						wantSummed++
+					}
+				}
+				require.Equal(t, wantPlain, tritonCallsWith(text, plain), name)
+				require.Equal(t, wantSummed, tritonCallsWith(text, summed), name)
+			}
+		}
+	}
+}

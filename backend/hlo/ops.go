@@ -257,6 +257,9 @@ func (f *Function) Mul(lhs, rhs compute.Value) (compute.Value, error) {
 	if v, ok, err := f.normedProduct(lhs, rhs); ok {
 		return v, err
 	}
+	if v, ok, err := f.normedRows(lhs, rhs); ok {
+		return v, err
+	}
 	return f.binary(compute.OpTypeMul, stablehlo.Multiply, lhs, rhs)
 }
 

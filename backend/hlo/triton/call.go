@@ -203,3 +203,37 @@ func (kn Kernels) AttentionOutput(queries []*stablehlo.Value, k, v, bias, lens *
 	}
 	return out[0], nil
 }
+
+// RowNorm appends our norm of r to a's function (RowNormTTIR's kernel, a program per
+// row): for a [M, K] float32 (and b [M, K] float32, nil unless r.Sum) and the norm
+// weight g [K] bfloat16, it returns the rows x (a + b with r.Sum, else nil), x·g
+// rounded to bfloat16 [M, K] and each row's 1/rms [M, 1] float32.
+func (kn Kernels) RowNorm(a, b, g *stablehlo.Value, r RowNorm) (sum, xg, inv *stablehlo.Value, err error) {
+	rows := shapes.Make(dtypes.Float32, r.M, r.K)
+	operands, want := []*stablehlo.Value{a}, []shapes.Shape{rows}
+	if r.Sum {
+		operands, want = append(operands, b), append(want, rows)
+	}
+	operands, want = append(operands, g), append(want, shapes.Make(dtypes.BFloat16, r.K))
+	for i, x := range operands {
+		if x == nil || !x.Shape().Equal(want[i]) {
+			return nil, nil, nil, fmt.Errorf("triton: norm operand #%d of %+v: want %s", i, r, want[i])
+		}
+	}
+	ir, err := RowNormTTIR(r)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	outputs := []shapes.Shape{shapes.Make(dtypes.BFloat16, r.M, r.K), shapes.Make(dtypes.Float32, r.M, 1)}
+	if r.Sum {
+		outputs = append([]shapes.Shape{rows}, outputs...)
+	}
+	out, err := kn.Call("norm", ir, r.M, Warps, 1, operands, outputs...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if r.Sum {
+		return out[0], out[1], out[2], nil
+	}
+	return nil, out[0], out[1], nil
+}

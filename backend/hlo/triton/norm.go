@@ -3,6 +3,7 @@ package triton
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
@@ -73,3 +74,113 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
 
 // f32Literal writes x as an MLIR float literal of its exact bits (hexadecimal).
 func f32Literal(x float32) string { return fmt.Sprintf("0x%08X", math.Float32bits(x)) }
+
+// RowNorm is the shape of RowNormTTIR's kernel: M rows x of K float32 values, each the
+// sum of two addends where Sum is set, and the RMSNorm Norm of each.
+type RowNorm struct {
+	M, K int
+	Sum  bool
+	Norm
+}
+
+// maxRowNormK bounds K: a program holds its whole row, K rounded up to a power of two,
+// in registers (32 float32 values a thread at 4 warps).
+const maxRowNormK = 4096
+
+// padded is K rounded up to a power of two, the row's tile.
+func (r RowNorm) padded() int {
+	p := 1
+	for p < r.K {
+		p *= 2
+	}
+	return p
+}
+
+// CheckRowNorm says why RowNormTTIR cannot write r's kernel, nil if it can.
+func CheckRowNorm(r RowNorm) error {
+	if r.M < 1 || r.K < 1 || r.K > maxRowNormK || int64(r.M)*int64(r.padded()) > math.MaxInt32 {
+		return fmt.Errorf("triton: norm of %d rows of %d: want rows of 1 to %d values and int32 offsets", r.M, r.K, maxRowNormK)
+	}
+	return nil
+}
+
+// RowNormTTIR is the TTIR module of the kernel @norm, model's RMSNorm before a dense
+// layer of several rows (model/forward.go) as one kernel where XLA runs two or three
+// (the residual add, the row's mean of squares and 1/rms, x·weight; BENCHMARKS.md,
+// "The prefill"). Program r reads row r of x, or of a and b and then stores their sum
+// x = a + b in s (with r.Sum), and stores inv[r] = rsqrt(Σx²·InvK + Eps) and
+// xg[r] = bf16(bf16(x)·g) for the norm weight g [K] bfloat16, as the graph rounds them:
+// its product by W then takes xg, and its output is scaled by inv. The arguments are a,
+// b (with Sum), g, s (with Sum), xg and inv, in that order.
+func RowNormTTIR(r RowNorm) (string, error) {
+	if err := CheckRowNorm(r); err != nil {
+		return "", err
+	}
+	text := `module {
+  tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, $BARG%g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, $SARG%xg: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %inv: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+` + waitMark + `    %row = tt.get_program_id x : i32
+    %cK = arith.constant $K : i32
+    %off = arith.muli %row, %cK : i32
+    %rk = tt.make_range {end = $P : i32, start = 0 : i32} : tensor<$Pxi32>
+    %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$Pxi32> -> tensor<1x$Pxi32>
+    %Ks = arith.constant dense<$K> : tensor<1x$Pxi32>
+    %in = arith.cmpi slt, %rk2, %Ks : tensor<1x$Pxi32>
+    %offs = tt.splat %off : i32 -> tensor<1x$Pxi32>
+    %ro = arith.addi %offs, %rk2 : tensor<1x$Pxi32>
+    %zero = arith.constant dense<0.000000e+00> : tensor<1x$Pxf32>
+    %abase = tt.splat %a : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
+    %ap = tt.addptr %abase, %ro : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
+    %av = tt.load %ap, %in, %zero : tensor<1x$Px!tt.ptr<f32>>
+    %gbase = tt.splat %g : !tt.ptr<bf16> -> tensor<1x$Px!tt.ptr<bf16>>
+    %gp = tt.addptr %gbase, %rk2 : tensor<1x$Px!tt.ptr<bf16>>, tensor<1x$Pxi32>
+    %gzero = arith.constant dense<0.000000e+00> : tensor<1x$Pxbf16>
+    %gv = tt.load %gp, %in, %gzero : tensor<1x$Px!tt.ptr<bf16>>
+$SUM    %xx = arith.mulf $X, $X : tensor<1x$Pxf32>
+    %ss = "tt.reduce"(%xx) <{axis = 1 : i32}> ({
+    ^bb0(%l: f32, %r: f32):
+      %t = arith.addf %l, %r : f32
+      tt.reduce.return %t : f32
+    }) : (tensor<1x$Pxf32>) -> tensor<1xf32>
+    %cInvK = arith.constant $INVK : f32
+    %cEps = arith.constant $EPS : f32
+    %invKs = tt.splat %cInvK : f32 -> tensor<1xf32>
+    %epss = tt.splat %cEps : f32 -> tensor<1xf32>
+    %mean = arith.mulf %ss, %invKs : tensor<1xf32>
+    %var = arith.addf %mean, %epss : tensor<1xf32>
+    %iv = math.rsqrt %var : tensor<1xf32>
+    %ibase = tt.splat %inv : !tt.ptr<f32> -> tensor<1x!tt.ptr<f32>>
+    %rows = tt.splat %row : i32 -> tensor<1xi32>
+    %ip = tt.addptr %ibase, %rows : tensor<1x!tt.ptr<f32>>, tensor<1xi32>
+    tt.store %ip, %iv : tensor<1x!tt.ptr<f32>>
+    %xb = arith.truncf $X : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
+    %xbf = arith.extf %xb : tensor<1x$Pxbf16> to tensor<1x$Pxf32>
+    %gf = arith.extf %gv : tensor<1x$Pxbf16> to tensor<1x$Pxf32>
+    %xgf = arith.mulf %xbf, %gf : tensor<1x$Pxf32>
+    %xgb = arith.truncf %xgf : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
+    %xgbase = tt.splat %xg : !tt.ptr<bf16> -> tensor<1x$Px!tt.ptr<bf16>>
+    %xgp = tt.addptr %xgbase, %ro : tensor<1x$Px!tt.ptr<bf16>>, tensor<1x$Pxi32>
+    tt.store %xgp, %xgb, %in : tensor<1x$Px!tt.ptr<bf16>>
+` + launchMark + `    tt.return
+  }
+}
+`
+	bArg, sArg, sum, x := "", "", "", "%av"
+	if r.Sum {
+		bArg = "%b: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
+		sArg = "%s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
+		sum, x = rowSum, "%x"
+	}
+	text = strings.NewReplacer("$BARG", bArg, "$SARG", sArg, "$SUM", sum, "$X", x).Replace(text)
+	return strings.NewReplacer("$K", fmt.Sprint(r.K), "$P", fmt.Sprint(r.padded()), "$INVK", f32Literal(r.InvK),
+		"$EPS", f32Literal(r.Eps)).Replace(text), nil
+}
+
+// rowSum is RowNormTTIR's sum of the row's addends, %x = a + b, stored in s.
+const rowSum = `    %bbase = tt.splat %b : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
+    %bp = tt.addptr %bbase, %ro : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
+    %bv = tt.load %bp, %in, %zero : tensor<1x$Px!tt.ptr<f32>>
+    %x = arith.addf %av, %bv : tensor<1x$Pxf32>
+    %sbase = tt.splat %s : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
+    %sp = tt.addptr %sbase, %ro : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
+    tt.store %sp, %x, %in : tensor<1x$Px!tt.ptr<f32>>
+`
