@@ -54,22 +54,28 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
       scf.yield %a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>
     }$LOOPATTR
-` + launchMark + `` + sumTile("%loop#0") + `    %ss = "tt.reduce"(%loop#1) <{axis = 1 : i32}> ({
+` + launchMark + `` + sumTile("%loop#0") + invRMS("%loop#1", "$BK") + `    %invs = tt.broadcast %iv : tensor<1xf32> -> tensor<$BNxf32>
+    %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
+` + storeRows("%yv")
+	return rowKernel(text, k, t, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
+}
+
+// invRMS is a row's 1/rms %iv [1] from its squares [1, width] (in tiles, summed
+// whole): rsqrt(Σ·$INVK + $EPS), Norm's formula, in both norm kernels.
+func invRMS(squares, width string) string {
+	return `    %ss = "tt.reduce"(` + squares + `) <{axis = 1 : i32}> ({
     ^bb0(%l2: f32, %r2: f32):
       %t2 = arith.addf %l2, %r2 : f32
       tt.reduce.return %t2 : f32
-    }) : (tensor<1x$BKxf32>) -> tensor<1xf32>
+    }) : (tensor<1x` + width + `xf32>) -> tensor<1xf32>
     %cInvK = arith.constant $INVK : f32
     %cEps = arith.constant $EPS : f32
     %invKs = tt.splat %cInvK : f32 -> tensor<1xf32>
     %epss = tt.splat %cEps : f32 -> tensor<1xf32>
     %mean = arith.mulf %ss, %invKs : tensor<1xf32>
     %var = arith.addf %mean, %epss : tensor<1xf32>
-    %inv = math.rsqrt %var : tensor<1xf32>
-    %invs = tt.broadcast %inv : tensor<1xf32> -> tensor<$BNxf32>
-    %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
-` + storeRows("%yv")
-	return rowKernel(text, k, t, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
+    %iv = math.rsqrt %var : tensor<1xf32>
+`
 }
 
 // f32Literal writes x as an MLIR float literal of its exact bits (hexadecimal).
@@ -136,19 +142,7 @@ func RowNormTTIR(r RowNorm) (string, error) {
     %gzero = arith.constant dense<0.000000e+00> : tensor<1x$Pxbf16>
     %gv = tt.load %gp, %in, %gzero : tensor<1x$Px!tt.ptr<bf16>>
 $SUM    %xx = arith.mulf $X, $X : tensor<1x$Pxf32>
-    %ss = "tt.reduce"(%xx) <{axis = 1 : i32}> ({
-    ^bb0(%l: f32, %r: f32):
-      %t = arith.addf %l, %r : f32
-      tt.reduce.return %t : f32
-    }) : (tensor<1x$Pxf32>) -> tensor<1xf32>
-    %cInvK = arith.constant $INVK : f32
-    %cEps = arith.constant $EPS : f32
-    %invKs = tt.splat %cInvK : f32 -> tensor<1xf32>
-    %epss = tt.splat %cEps : f32 -> tensor<1xf32>
-    %mean = arith.mulf %ss, %invKs : tensor<1xf32>
-    %var = arith.addf %mean, %epss : tensor<1xf32>
-    %iv = math.rsqrt %var : tensor<1xf32>
-    %ibase = tt.splat %inv : !tt.ptr<f32> -> tensor<1x!tt.ptr<f32>>
+` + invRMS("%xx", "$P") + `    %ibase = tt.splat %inv : !tt.ptr<f32> -> tensor<1x!tt.ptr<f32>>
     %rows = tt.splat %row : i32 -> tensor<1xi32>
     %ip = tt.addptr %ibase, %rows : tensor<1x!tt.ptr<f32>>, tensor<1xi32>
     tt.store %ip, %iv : tensor<1x!tt.ptr<f32>>
