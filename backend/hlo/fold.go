@@ -210,18 +210,11 @@ func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
 // for XLA to remove. ok is false, with nothing added, for every other product.
 func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
 	for _, c := range f.foldCandidates(lhs, rhs) {
-		product, inv := c.product, c.other
-		x, norm, ok := invRMSOf(inv)
-		if !ok || !slices.Equal(x.shape.Dimensions, product.origin.x.shape.Dimensions) {
-			continue
-		}
-		if out, err := shapeinference.BinaryOp(compute.OpTypeMul, product.shape, inv.shape); err != nil || !out.Equal(product.shape) {
-			continue
-		}
-		g, ok := normWeightedOf(product.origin.x, x)
+		x, g, norm, ok := normedLayerOf(c.product, c.other)
 		if !ok {
 			continue
 		}
+		product := c.product
 		w := product.origin.w
 		k := w.shape.Dimensions[1]
 		vs, err := f.operands(x, g, w)
@@ -240,6 +233,22 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		return out, true, err
 	}
 	return nil, false, nil
+}
+
+// normedLayerOf recognises model's normed dense layer (model/forward.go's normed) in
+// a product of product, a dense product (denseProduct), and inv: normWeighted(x, g)
+// times wᵀ, then times invRMS(x) of x's shape. It returns x, the norm weight g and the
+// norm.
+func normedLayerOf(product, inv *value) (x, g *value, norm triton.Norm, ok bool) {
+	x, norm, ok = invRMSOf(inv)
+	if !ok || !slices.Equal(x.shape.Dimensions, product.origin.x.shape.Dimensions) {
+		return nil, nil, norm, false
+	}
+	if out, err := shapeinference.BinaryOp(compute.OpTypeMul, product.shape, inv.shape); err != nil || !out.Equal(product.shape) {
+		return nil, nil, norm, false
+	}
+	g, ok = normWeightedOf(product.origin.x, x)
+	return x, g, norm, ok
 }
 
 // swiGLUOf recognises model's swiGLU(gu) rounded to bfloat16, a dense product's input

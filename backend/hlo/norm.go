@@ -7,7 +7,6 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/shapeinference"
 	"github.com/gomlx/go-xla/stablehlo"
 	xshapes "github.com/gomlx/go-xla/types/shapes"
 
@@ -17,8 +16,8 @@ import (
 // normedRows returns, with option triton=norm, the product of lhs and rhs as our norm
 // kernel (triton.Kernels.RowNorm) and the dense product of its output, when they are
 // model's normed dense layer of several rows: a dense product (denseProduct) of
-// normWeighted(x, g) times invRMS(x), either way round, as normedProduct recognises it
-// for one row. Where x is the sum of two float32 addends of its shape (the residual
+// normWeighted(x, g) times invRMS(x), either way round (normedLayerOf), as
+// normedProduct recognises it for one row. Where x is the sum of two float32 addends of its shape (the residual
 // add before the norm), the kernel takes them and computes x too, and x's value
 // becomes the kernel's sum from then on, so that XLA's add is left unused. The norm's
 // own operations and the product it replaces are left for XLA to remove. ok is false,
@@ -30,18 +29,11 @@ func (f *Function) normedRows(lhs, rhs compute.Value) (v compute.Value, ok bool,
 		return nil, false, nil
 	}
 	for _, pair := range [][2]*value{{l, r}, {r, l}} {
-		product, inv := pair[0], pair[1]
+		product := pair[0]
 		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
 			continue
 		}
-		x, norm, ok := invRMSOf(inv)
-		if !ok || !slices.Equal(x.shape.Dimensions, product.origin.x.shape.Dimensions) {
-			continue
-		}
-		if out, err := shapeinference.BinaryOp(compute.OpTypeMul, product.shape, inv.shape); err != nil || !out.Equal(product.shape) {
-			continue
-		}
-		g, ok := normWeightedOf(product.origin.x, x)
+		x, g, norm, ok := normedLayerOf(product, pair[1])
 		if !ok {
 			continue
 		}
