@@ -638,41 +638,34 @@ profile() {
   tar czf "$OUT/xla-fp8.tgz" -C "$OUT" xla-fp8 && rm -rf "$OUT/xla-fp8"
 }
 
-ropeab() {
-  # Option triton=rope (our attention kernel rotates one-token windows' queries; ours
-  # since run CY) against ours without it: the GPU tests of our attention kernels with
-  # and without it (TestTritonAttentionModelsMatch), then the batch-1 steps (STEPS,
-  # default denoise,fused,ar) over 528 slots on bdxla-gemv-attention-fold-pdl and ours,
-  # alternating, ROUNDS rounds (default 2) (~250 s).
-  section "triton=rope: GPU tests"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TestTritonAttentionModelsMatch' >"$OUT/rope-tests.log" 2>&1
-  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|max \|' "$OUT/rope-tests.log" | head -20
-  local round label
+optionab() {
+  # optionab OPTION TEST WITHOUT RUN...: option triton=OPTION, in ours, against ours
+  # without it (the backend label WITHOUT): backend/hlo's GPU test TEST, then each RUN
+  # (steps_of: the batch-1 steps, STEPS, default denoise,fused,ar, over 528 slots;
+  # prefills) on WITHOUT and ours, alternating, ROUNDS rounds (default 2).
+  section "triton=$1: GPU tests"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run "$2" >"$OUT/$1-tests.log" 2>&1
+  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|max \||Error' "$OUT/$1-tests.log" | head -24
+  local round label run
   for round in $(seq "${ROUNDS:-2}"); do
-    for label in bdxla-gemv-attention-fold-pdl ours; do
-      section "steps on $label, round $round"
-      AB_LABEL=$label steps_of .gpu/bin/bench
+    for label in "$3" ours; do
+      section "${*:4} on $label, round $round"
+      for run in "${@:4}"; do AB_LABEL=$label "$run" .gpu/bin/bench; done
     done
   done
 }
 
+ropeab() {
+  # Option triton=rope (our attention kernel rotates one-token windows' queries; ours
+  # since run CY): our attention kernels' GPU tests with and without it, then the steps
+  # (~250 s).
+  optionab rope TestTritonAttentionModelsMatch bdxla-gemv-attention-fold-pdl steps_of
+}
+
 normab() {
-  # Option triton=norm (our kernel for the RMSNorms of several rows; ours since run DA)
-  # against ours without it: its GPU tests (TestTritonNormModelsMatch), then the batch-1
-  # steps (STEPS, default denoise,fused,ar) over 528 slots and the prefills on
-  # bdxla-gemv-attention-fold-pdl-rope and ours, alternating, ROUNDS rounds (default 2)
-  # (~300 s).
-  section "triton=norm: GPU tests"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TestTritonNormModelsMatch' >"$OUT/norm-tests.log" 2>&1
-  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|max \||Error' "$OUT/norm-tests.log" | head -24
-  local round label
-  for round in $(seq "${ROUNDS:-2}"); do
-    for label in bdxla-gemv-attention-fold-pdl-rope ours; do
-      section "steps and prefills on $label, round $round"
-      AB_LABEL=$label steps_of .gpu/bin/bench
-      AB_LABEL=$label prefills .gpu/bin/bench
-    done
-  done
+  # Option triton=norm (our kernel for the RMSNorms of several rows; ours since run
+  # DA): its GPU tests, then the steps and the prefills (~300 s).
+  optionab norm TestTritonNormModelsMatch bdxla-gemv-attention-fold-pdl-rope steps_of prefills
 }
 
 pack() {
