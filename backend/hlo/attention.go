@@ -118,7 +118,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 		scale = 1 / math.Sqrt(float64(shape.d))
 	}
 	if a, ok := f.tritonAttention(shape, layout, vs, cfg.Causal, scale); ok {
-		out, err := f.attentionByTriton(query, vs, a)
+		out, err := f.attentionByTriton(query, key, value, vs, a)
 		return out, nil, err
 	}
 	if f.builder.backend.tritonAttention && shape.s > shape.t {
@@ -328,8 +328,11 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
 // Triton kernels (triton.Kernels.AttentionOutput), with option triton=rope on the
 // queries before their rotation where query, q's value, is model's rotation of them
-// (rope.go).
-func (f *Function) attentionByTriton(query compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
+// (rope.go), and with option triton=place on the cache before a one-token window's key
+// and value are placed in it, where key and value are model's placement of them
+// (place.go): where they are also written into the cache, the placements' values
+// become the kernel's outputs, the cache with them written in place.
+func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner
 	lens, err := f.operands(c.do(f.visibleLengths(f.wrap(vs[3]), a)))
@@ -339,13 +342,25 @@ func (f *Function) attentionByTriton(query compute.Value, vs []*stablehlo.Value,
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	queries := vs[:1]
+	queries, k, v := vs[:1], vs[1], vs[2]
+	var placed []*stablehlo.Value
+	var keys, values placement
 	if rotated, withRotation, ok := f.rotatedQueries(query, a); ok {
 		queries, a = rotated, withRotation
+		var withPlace triton.Attention
+		if keys, values, withPlace, ok = f.placedWindow(query, key, value, a); ok {
+			if k, v, placed, err = f.placedOperands(keys, values, withPlace); err != nil {
+				return nil, opError(op, err)
+			}
+			a = withPlace
+		}
 	}
-	out, err := f.builder.backend.kernels().AttentionOutput(queries, vs[1], vs[2], vs[3], lens[0], a)
+	out, newK, newV, err := f.builder.backend.kernels().AttentionOutput(f.fn, queries, k, v, vs[3], lens[0], placed, a)
 	if err != nil {
 		return nil, opError(op, err)
+	}
+	if a.Write {
+		keys.placed.v, values.placed.v = newK, newV
 	}
 	return f.wrap(out), nil
 }

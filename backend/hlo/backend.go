@@ -58,7 +58,10 @@ type Backend struct {
 	// tritonNorm runs the RMSNorm before a dense layer of several rows, with the
 	// residual add before it, as our Triton kernel (option "triton=norm", norm.go).
 	tritonNorm bool
-	finalized  bool
+	// tritonPlace has our attention kernel place one-token windows' keys and values in
+	// their cache slot itself, and write them there (option "triton=place", place.go).
+	tritonPlace bool
+	finalized   bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -106,8 +109,15 @@ var _ compute.Backend = (*Backend)(nil)
 //     (the 4- and 8-token steps, prefill), with the residual add before it, as one
 //     Triton kernel of ours where XLA runs two or three (norm.go). On the H200 the 4-
 //     and 8-token steps are 1-2 % faster with it and prefill 1-3 % (BENCHMARKS.md, run
-//     DA). Backend selection on CUDA uses
-//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm".
+//     DA). Backend selection on CUDA uses it;
+//   - "triton=place", which, with triton=rope, has our attention kernel of a one-token
+//     window take the window's key and value from the qkv product's rows (the key
+//     rotated as the queries), use them in place of the cache's slot for them, and
+//     write them into that slot of the cache itself, its outputs aliasing the cache's
+//     buffers, where model placed them with a select of XLA's that copied the cache
+//     (place.go): one kernel less per layer. On the H200 the AR step at batch 1 is 3 %
+//     faster with it (BENCHMARKS.md, runs DC-DE). Backend selection on CUDA uses
+//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -167,16 +177,17 @@ type options struct {
 	tritonPDL       bool                // "triton=pdl"
 	tritonRope      bool                // "triton=rope"
 	tritonNorm      bool                // "triton=norm"
+	tritonPlace     bool                // "triton=place"
 }
 
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope, b.tritonNorm =
-		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope, o.tritonNorm
+	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope, b.tritonNorm, b.tritonPlace =
+		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope, o.tritonNorm, o.tritonPlace
 }
 
 // tritonOptions lists the values of option triton, for parseOptions' errors.
-const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm"
+const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place"
 
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
@@ -214,6 +225,8 @@ func parseOptions(list string) (options, error) {
 				o.tritonRope = true
 			case "norm":
 				o.tritonNorm = true
+			case "place":
+				o.tritonPlace = true
 			default:
 				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}

@@ -24,10 +24,12 @@
 // products into those GEMVs (fold.go), and "triton=pdl", which launches our kernels
 // under programmatic dependent launch where the device has compute capability 9.0 or
 // later, "triton=rope", which has our attention kernel rotate one-token windows'
-// queries itself (rope.go), and "triton=norm", which runs the RMSNorms of several rows,
-// with the residual add before them, as our own kernel (norm.go). For example:
+// queries itself (rope.go), "triton=norm", which runs the RMSNorms of several rows,
+// with the residual add before them, as our own kernel (norm.go), and "triton=place",
+// which has our attention kernel place one-token windows' keys and values in their
+// cache slot and write them there itself (place.go). For example:
 //
-//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"
+//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"
 //
 // Only the plugin's first device is used. [NewBuildOnly] and [NewBuildOnlyWith] make a
 // backend that builds programs without a plugin, for tests and for reading the
@@ -41,8 +43,8 @@
 // 1-token AR step is 6-8 % faster than XLA's, and prefill, whose boolean mask it hands
 // cuDNN as a bias of one head, 4-6 % faster at 2048 tokens; with triton=attention the
 // AR step is 8-9 % faster again and the fused step 4-8 % (runs BV-CD). Package backend
-// picks it, with triton=gemv, triton=attention, triton=fold, triton=pdl, triton=rope and
-// triton=norm, for a CUDA plugin it finds.
+// picks it, with triton=gemv, triton=attention, triton=fold, triton=pdl, triton=rope,
+// triton=norm and triton=place, for a CUDA plugin it finds.
 //
 // The package needs cgo (for pjrt); without cgo, or with the noxla tag, it is empty.
 package hlo

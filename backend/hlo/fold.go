@@ -27,14 +27,16 @@ type origin struct {
 	axes   []int // a reduction's, a transpose's permutation, a broadcast's or a concatenation's axes
 	starts []int // a slice's of strides 1, with limits
 	limits []int
-	scalar *float64 // a float32 constant scalar's
+	scalar *float64 // a float32 or int32 constant scalar's
 	x, w   *value   // a dense product's (denseProduct)
 	config compute.DotGeneralConfig
 }
 
 // recordsOrigins reports whether b keeps how values were made (origin): with option
-// triton=fold, triton=rope or triton=norm, whose recognisers read it.
-func (b *Backend) recordsOrigins() bool { return b.tritonFold || b.tritonRope || b.tritonNorm }
+// triton=fold, triton=rope, triton=norm or triton=place, whose recognisers read it.
+func (b *Backend) recordsOrigins() bool {
+	return b.tritonFold || b.tritonRope || b.tritonNorm || b.tritonPlace
+}
 
 // record notes, where the backend records origins, that out was made by op from args.
 func (f *Function) record(out compute.Value, op compute.OpType, args ...compute.Value) {
@@ -80,7 +82,7 @@ func throughShape(v *value) *value {
 // scalarOf is the value of a float32 constant scalar (behind reshapes and broadcasts).
 func scalarOf(v *value) (float32, bool) {
 	v = throughShape(v)
-	if v == nil || v.origin == nil || v.origin.scalar == nil {
+	if v == nil || v.origin == nil || v.origin.scalar == nil || v.shape.DType != dtypes.Float32 {
 		return 0, false
 	}
 	return float32(*v.origin.scalar), true

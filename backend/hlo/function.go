@@ -34,6 +34,9 @@ type Function struct {
 	paramShapes []shapes.Shape
 	outputs     []shapes.Shape // set by Return
 	returned    bool
+	// placements are the cache writes of one-token windows that our attention kernel
+	// may take over (option triton=place, place.go).
+	placements []placement
 }
 
 var _ compute.Function = (*Function)(nil)
@@ -201,8 +204,8 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
 	out := f.wrap(v)
-	if x, ok := flat.([]float32); ok && len(x) == 1 && f.builder.backend.recordsOrigins() {
-		scalar := float64(x[0])
+	if f.builder.backend.recordsOrigins() && fv.Len() == 1 && (dtype == dtypes.Float32 || dtype == dtypes.Int32) {
+		scalar := fv.Index(0).Convert(reflect.TypeFor[float64]()).Float()
 		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
 	}
 	return out, nil

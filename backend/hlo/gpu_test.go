@@ -550,6 +550,45 @@ func TestTritonNormModelsMatch(t *testing.T) {
 	}
 }
 
+// The bf16 fixture models with triton=place give the plain backend's logits where our
+// attention kernel places one-token windows' keys and values itself and writes them
+// into the cache: commits of one token in a session, each reading the slots the ones
+// before wrote, and windows of one token at batch 2, one of which leaves its second
+// row's slot unwritten, which the window after it reads (zero, as the plain path leaves
+// it); alone and with the options blockdiff picks on CUDA. The tolerance is
+// TestTritonGEMVModelsMatch's.
+func TestTritonPlaceModelsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	tokens := append(slices.Clone(testTokens), testTokens...)
+	for _, options := range []string{"notf32,triton=attention,triton=rope,triton=place",
+		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"} {
+		withPlace, err := hlo.WithOptions(plain.(*hlo.Backend), options)
+		require.NoError(t, err)
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
+				worst := requireBF16WindowsMatch(t, withPlace, plain, dir,
+					[]string{"commit of 1", "second commit of 1", "third commit of 1",
+						"batch 2, window 1", "batch 2, window 1, second row unwritten", "batch 2, window 1 after it"},
+					func(m *model.Model, add func([][]float32, error)) {
+						s, err := m.NewSession(32, 1)
+						require.NoError(t, err)
+						defer s.Close()
+						_, err = s.Prefill(tokens[:4])
+						require.NoError(t, err)
+						for i := range 3 {
+							add(s.Commit(tokens[4+i : 5+i]))
+						}
+						batch2 := batch2Windows(t, m, 32)
+						add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
+						add(batch2(1, [2]int32{17, 13}, [2]int32{1, 0}))
+						add(batch2(1, [2]int32{18, 14}, [2]int32{1, 1}))
+					})
+				t.Logf("max |place - plain| / max |plain| over the logits: %.2g", worst)
+			})
+		}
+	}
+}
+
 // requireBF16WindowsMatch loads the fixture model of dir in bf16 on got and on want,
 // runs the same windows on each (run passes each window's logits rows to add, in the
 // order of names), and requires got's within 2e-2 of the largest of want's (see

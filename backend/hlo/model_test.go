@@ -222,6 +222,31 @@ func TestTritonRopeInModels(t *testing.T) {
 	}
 }
 
+// With option triton=place (and triton=rope, whose rows it reads) our attention
+// kernel takes every layer's one-token window's key and value from the qkv product's
+// rows, and writes them into the cache (its outputs aliased to the cache operands),
+// at batch 1 and 2; windows of 4 and the options without it leave the placement to XLA.
+func TestTritonPlaceInModels(t *testing.T) {
+	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
+			b, err := hlo.NewBuildOnlyWith(options)
+			require.NoError(t, err)
+			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
+				text, layers := windowText(t, b, dir, w[0], w[1])
+				name := fmt.Sprintf("%s %s, batch %d, width %d", filepath.Base(dir), options, w[0], w[1])
+				want := 0
+				if strings.HasSuffix(options, "place") && w[1] == 1 {
+					want = layers
+				}
+				require.Equal(t, want, tritonCallsWith(text, placing), name)
+				require.Equal(t, want, strings.Count(text, "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [3], operand_index = 3, operand_tuple_indices = []>, "+
+					"#stablehlo.output_operand_alias<output_tuple_indices = [4], operand_index = 4, operand_tuple_indices = []>]"), name)
+			}
+		}
+	}
+}
+
 // windowText is the StableHLO, built on b, of the bf16 fixture model of dir's forward
 // of a window of width positions at batch rows over a cache of 32 slots that writes
 // them all (a commit), and the model's number of layers.

@@ -106,9 +106,13 @@ func (f *Function) compare(op compute.OpType, dir types.ComparisonDirection, tot
 	if totalOrder && dtype.IsFloat() {
 		kind = types.CompareTotalOrder
 	}
-	return f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
+	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Compare(b[0], b[1], dir, kind)
 	})
+	if err == nil {
+		f.record(v, op, lhs, rhs)
+	}
+	return v, err
 }
 
 // compareType is the StableHLO comparison type of dtype's values.
@@ -409,9 +413,14 @@ func (f *Function) Where(condition, onTrue, onFalse compute.Value) (compute.Valu
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	return f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
+	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Select(b[0], b[1], b[2])
 	})
+	if err == nil {
+		f.record(v, op, condition, onTrue, onFalse)
+		f.notePlacement(v)
+	}
+	return v, err
 }
 
 // Clamp implements compute.StandardOps; StableHLO takes scalar or full-shape bounds too.
@@ -515,7 +524,14 @@ func (f *Function) Iota(shape shapes.Shape, axis int) (compute.Value, error) {
 		return nil, err
 	}
 	v, err := f.fn.Iota(toXLA(shape), axis)
-	return f.result(compute.OpTypeIota, v, err)
+	out, err := f.result(compute.OpTypeIota, v, err)
+	if err == nil {
+		f.record(out, compute.OpTypeIota)
+		if o := originOf(out); o != nil {
+			o.axes = []int{axis}
+		}
+	}
+	return out, err
 }
 
 // DynamicSlice implements compute.StandardOps.

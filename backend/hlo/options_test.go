@@ -24,9 +24,10 @@ func TestParseOptions(t *testing.T) {
 	o, err = parseOptions("triton=gemv-all")
 	require.NoError(t, err)
 	require.Equal(t, options{tritonGEMV: gemvAll}, o)
-	o, err = parseOptions("triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm")
+	o, err = parseOptions("triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
 	require.NoError(t, err)
-	require.Equal(t, options{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true, tritonNorm: true}, o)
+	require.Equal(t, options{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true, tritonNorm: true,
+		tritonPlace: true}, o)
 
 	_, err = parseOptions("preallocate=maybe")
 	require.Error(t, err)

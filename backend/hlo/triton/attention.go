@@ -29,6 +29,19 @@ type Attention struct {
 	// graph's rounding of a float32 product before its rotation); otherwise x is
 	// bfloat16.
 	RotaryFloat32 bool
+	// Place, with RotaryRow set and T 1, has the kernel take each batch row's own key
+	// and value from x's row too, as model places a one-token window's in its cache
+	// slot: key/value head kv's key is columns (Heads+kv)·D to (Heads+kv+1)·D of the
+	// row, rotated as the queries are, its value the D columns from ValueColumn+kv·D,
+	// rounded to bfloat16 where x is float32. They stand in for slot start[b] of k and
+	// v, whatever those hold, so that no kernel need copy the cache with them placed.
+	Place bool
+	// ValueColumn is the column of x's row where the values start (Place).
+	ValueColumn int
+	// Write, with Place, has the kernel also store the key and value in slot start[b]
+	// of k and v themselves, where written[b] is positive: its outputs k and v are the
+	// operands' buffers (aliased), so that the cache's update needs no kernel either.
+	Write bool
 }
 
 // AttentionKeys is the keys one step of the attention kernel's loop reads: the peer's
@@ -110,6 +123,14 @@ func CheckAttention(a Attention) error {
 	if a.RotaryRow != 0 && (a.RotaryRow < a.Heads*a.D || a.D%2 != 0) {
 		errs = append(errs, fmt.Errorf("rotated queries: rows of %d columns of x for %d query heads of dimension %d", a.RotaryRow, a.Heads, a.D))
 	}
+	if a.Place && (a.RotaryRow == 0 || a.T != 1 || a.RotaryRow < (a.Heads+a.KVHeads)*a.D ||
+		a.ValueColumn < 0 || a.ValueColumn+a.KVHeads*a.D > a.RotaryRow) {
+		errs = append(errs, fmt.Errorf("placed keys and values: one query per row, rotated from rows of %d columns holding %d query and %d key heads of %d and values from column %d",
+			a.RotaryRow, a.Heads, a.KVHeads, a.D, a.ValueColumn))
+	}
+	if a.Write && !a.Place {
+		errs = append(errs, errors.New("only placed keys and values are written"))
+	}
 	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
 		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
 	}
@@ -145,7 +166,7 @@ func AttentionTTIR(a Attention) (string, error) {
 		return "", err
 	}
 	text := `module {
-  tt.func public @attention($QARGS, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+  tt.func public @attention($QARGS, %k: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %v: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bias: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}$PLACEARGS, %oacc: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %om: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}$WRITEARGS) attributes {noinline = false} {
 ` + waitMark + `    %pid = tt.get_program_id x : i32
     %cSplits = arith.constant $SPLITS : i32
     %cKVH = arith.constant $KVH : i32
@@ -153,6 +174,8 @@ func AttentionTTIR(a Attention) (string, error) {
     %bkv = arith.divsi %pid, %cSplits : i32
     %kv = arith.remsi %bkv, %cKVH : i32
     %bi = arith.divsi %bkv, %cKVH : i32
+    %lenp = tt.addptr %lens, %bi : !tt.ptr<i32>, i32
+    %len = tt.load %lenp : !tt.ptr<i32>
     %r = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
     %rlast = arith.constant dense<$LASTROW> : tensor<$Rxi32>
     %rc = arith.minsi %r, %rlast : tensor<$Rxi32>
@@ -176,7 +199,7 @@ func AttentionTTIR(a Attention) (string, error) {
     %rd0 = tt.expand_dims %rd {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %qo = arith.addi %qoffb, %rdb : tensor<$RxDxi32>
-$QLOAD    %cS = arith.constant $S : i32
+$PLACELOADS$QLOAD    %cS = arith.constant $S : i32
     %kvrow = arith.muli %bkv, %cS : i32
     %kvrows = tt.splat %kvrow : i32 -> tensor<$BNxi32>
     %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
@@ -200,10 +223,8 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
     %cBN = arith.constant $BN : i32
     %jstart = arith.muli %sp, %cL : i32
     %jsplit = arith.addi %jstart, %cL : i32
-    %lenp = tt.addptr %lens, %bi : !tt.ptr<i32>, i32
-    %len = tt.load %lenp : !tt.ptr<i32>
     %jend = arith.minsi %jsplit, %len : i32
-    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
+$PLACELOAD    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
     %l0 = arith.constant dense<0.000000e+00> : tensor<$Rxf32>
     %a0 = arith.constant dense<0.000000e+00> : tensor<$RxDxf32>
     %res:3 = scf.for %j0 = %jstart to %jend step %cBN iter_args(%m = %m0, %l = %l0, %acc = %a0) -> (tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>) : i32 {
@@ -219,7 +240,7 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
       %jokT = tt.expand_dims %jok {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
       %jokTb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
       %kt = tt.load %kp, %jokTb, %kzero : tensor<$Dx$BNx!tt.ptr<bf16>>
-      %s = tt.dot %qv, %kt, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf16> -> tensor<$RxBNxf32>
+$KPLACE      %s = tt.dot %qv, $KT, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf16> -> tensor<$RxBNxf32>
       %ss = arith.mulf %s, %scale : tensor<$RxBNxf32>
       %j2 = tt.expand_dims %j {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
       %j2b = tt.broadcast %j2 : tensor<1x$BNxi32> -> tensor<$RxBNxi32>
@@ -259,7 +280,7 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
       %jokV = tt.expand_dims %jok {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
       %jokVb = tt.broadcast %jokV : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
       %vv = tt.load %vp, %jokVb, %vzero : tensor<$BNx$Dx!tt.ptr<bf16>>
-      %an = tt.dot %pb, %vv, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
+$VPLACE      %an = tt.dot %pb, $VV, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
       scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     }
 ` + launchMark + `    %cR = arith.constant $R : i32
@@ -281,7 +302,7 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
     %abase = tt.splat %oacc : !tt.ptr<f32> -> tensor<$RxDx!tt.ptr<f32>>
     %ap = tt.addptr %abase, %oo : tensor<$RxDx!tt.ptr<f32>>, tensor<$RxDxi32>
     tt.store %ap, %res#2 : tensor<$RxDx!tt.ptr<f32>>
-    tt.return
+$PLACESTORE    tt.return
   }
 }`
 	// The bias row of each query row: its query's, or with one bias of every head its
@@ -307,6 +328,7 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
 		args, load = r.Replace(rotaryArgs), r.Replace(rotaryLoad)
 	}
 	text = strings.NewReplacer("$QARGS", args, "$QLOAD", load).Replace(text)
+	text = a.placed(text)
 	r := strconv.Itoa(a.Rows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
 	return strings.NewReplacer(
@@ -388,6 +410,139 @@ $XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
     %xsin = arith.mulf %xps, %sv : tensor<$RxDxf32>
     %rot = arith.addf %xcos, %xsin : tensor<$RxDxf32>
     %qv = arith.truncf %rot : tensor<$RxDxf32> to tensor<$RxDxbf16>
+`
+)
+
+// placed fills text's placeholders of Attention.Place and Write: with Place, the
+// arguments start (and written), the loads of the program's own key and value
+// (placeLoad) and their use in place of slot start[b]'s; with Write, the outputs k and v
+// and the store of the two there (placeStore); otherwise nothing.
+func (a Attention) placed(text string) string {
+	if !a.Place {
+		return strings.NewReplacer("$PLACEARGS", "", "$WRITEARGS", "", "$PLACELOADS", "", "$PLACELOAD", "", "$KPLACE", "",
+			"$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "").Replace(text)
+	}
+	args, writes, load, store := placeArgs, "", "", ""
+	if a.Write {
+		args += writtenArg
+		writes, load, store = writeArgs, writtenLoad, placeStore
+	}
+	round, tkb, tkpb, tv := "", "%tkx", "%tkpx", "%tvx"
+	xtype := "bf16"
+	if a.RotaryFloat32 {
+		round, tkb, tkpb, tv = placeRounded, "%tkb16", "%tkpb16", "%tv"
+		xtype = "f32"
+	}
+	text = strings.NewReplacer("$PLACEARGS", args, "$WRITEARGS", writes, "$PLACELOADS", strings.Replace(placeLoads, "$WRITTENLOAD", load, 1), "$PLACELOAD", placeLoad,
+		"$KPLACE", keyPlace, "$VPLACE", valuePlace, "$KT", "%ktp", "$VV", "%vvp", "$PLACESTORE", store).Replace(text)
+	return strings.NewReplacer("$PROUND", round, "$TKB", tkb, "$TKPB", tkpb, "$TV", tv, "$XT", xtype,
+		"$XROW", strconv.Itoa(a.RotaryRow), "$HALF", strconv.Itoa(a.D/2), "$KCOL", strconv.Itoa(a.Heads*a.D),
+		"$VCOL", strconv.Itoa(a.ValueColumn)).Replace(text)
+}
+
+// The text of Attention.Place and Write (see placed). placeLoads loads the program's
+// key (columns $KCOL + kv·D of x's row at position b, and their partner columns, for the
+// rotation rotaryLoad's queries have), value, cos and sin, start[b] and with Write
+// written[b]; placeLoad rounds and rotates the key as rotaryLoad does the queries
+// (reusing its %sgn), and broadcasts key and value to the loop's tiles of keys [D, BN]
+// and values [BN, D]; keyPlace and valuePlace put them in
+// place of slot start[b] of each tile; placeStore writes them to that slot of the
+// outputs k and v, from the program whose split holds it, where written[b] > 0. The
+// slot's own keys and values are loaded and never used, so the store cannot race
+// with any program's loads.
+const (
+	placeArgs  = ", %start: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
+	writtenArg = ", %written: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
+	writeArgs  = ", %kout: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %vout: !tt.ptr<bf16> {tt.divisibility = 16 : i32}"
+	// placeLoads comes before the queries' loads and placeLoad after them, so that all of
+	// the kernel's loads before its loop are issued before the first waits for its data:
+	// after the queries' rotation, each load costs the kernel its whole latency.
+	placeLoads = `    %cXRp = arith.constant $XROW : i32
+    %xprow = arith.muli %bi, %cXRp : i32
+    %cDp = arith.constant $D : i32
+    %kvD = arith.muli %kv, %cDp : i32
+    %cKC = arith.constant $KCOL : i32
+    %kcol0 = arith.addi %cKC, %kvD : i32
+    %kcol = arith.addi %xprow, %kcol0 : i32
+    %kcols = tt.splat %kcol : i32 -> tensor<$Dxi32>
+    %thalf = arith.constant dense<$HALF> : tensor<$Dxi32>
+    %tD = arith.constant dense<$D> : tensor<$Dxi32>
+    %trdh = arith.addi %rd, %thalf : tensor<$Dxi32>
+    %trdp = arith.remsi %trdh, %tD : tensor<$Dxi32>
+    %tko = arith.addi %kcols, %rd : tensor<$Dxi32>
+    %tkpo = arith.addi %kcols, %trdp : tensor<$Dxi32>
+    %xrow = tt.splat %x : !tt.ptr<$XT> -> tensor<$Dx!tt.ptr<$XT>>
+    %tkp = tt.addptr %xrow, %tko : tensor<$Dx!tt.ptr<$XT>>, tensor<$Dxi32>
+    %tkx = tt.load %tkp : tensor<$Dx!tt.ptr<$XT>>
+    %tkpp = tt.addptr %xrow, %tkpo : tensor<$Dx!tt.ptr<$XT>>, tensor<$Dxi32>
+    %tkpx = tt.load %tkpp : tensor<$Dx!tt.ptr<$XT>>
+    %cVC = arith.constant $VCOL : i32
+    %vcol0 = arith.addi %cVC, %kvD : i32
+    %vcol = arith.addi %xprow, %vcol0 : i32
+    %vcols = tt.splat %vcol : i32 -> tensor<$Dxi32>
+    %tvo = arith.addi %vcols, %rd : tensor<$Dxi32>
+    %tvp = tt.addptr %xrow, %tvo : tensor<$Dx!tt.ptr<$XT>>, tensor<$Dxi32>
+    %tvx = tt.load %tvp : tensor<$Dx!tt.ptr<$XT>>
+    %cHALFp = arith.constant $HALF : i32
+    %ccol = arith.muli %bi, %cHALFp : i32
+    %ccols = tt.splat %ccol : i32 -> tensor<$Dxi32>
+    %trdc = arith.remsi %rd, %thalf : tensor<$Dxi32>
+    %tco = arith.addi %ccols, %trdc : tensor<$Dxi32>
+    %tcb = tt.splat %cos : !tt.ptr<f32> -> tensor<$Dx!tt.ptr<f32>>
+    %tcp = tt.addptr %tcb, %tco : tensor<$Dx!tt.ptr<f32>>, tensor<$Dxi32>
+    %tcv = tt.load %tcp : tensor<$Dx!tt.ptr<f32>>
+    %tsb = tt.splat %sin : !tt.ptr<f32> -> tensor<$Dx!tt.ptr<f32>>
+    %tsp = tt.addptr %tsb, %tco : tensor<$Dx!tt.ptr<f32>>, tensor<$Dxi32>
+    %tsv = tt.load %tsp : tensor<$Dx!tt.ptr<f32>>
+    %stp = tt.addptr %start, %bi : !tt.ptr<i32>, i32
+    %st = tt.load %stp : !tt.ptr<i32>
+$WRITTENLOAD`
+	writtenLoad = `    %wrp = tt.addptr %written, %bi : !tt.ptr<i32>, i32
+    %wrn = tt.load %wrp : !tt.ptr<i32>
+`
+	placeLoad = `$PROUND    %tkf = arith.extf $TKB : tensor<$Dxbf16> to tensor<$Dxf32>
+    %tkpf = arith.extf $TKPB : tensor<$Dxbf16> to tensor<$Dxf32>
+    %tkc = arith.mulf %tkf, %tcv : tensor<$Dxf32>
+    %tks0 = arith.mulf %tkpf, %sgn : tensor<$Dxf32>
+    %tks = arith.mulf %tks0, %tsv : tensor<$Dxf32>
+    %tkr = arith.addf %tkc, %tks : tensor<$Dxf32>
+    %tk = arith.truncf %tkr : tensor<$Dxf32> to tensor<$Dxbf16>
+    %tk2 = tt.expand_dims %tk {axis = 1 : i32} : tensor<$Dxbf16> -> tensor<$Dx1xbf16>
+    %tkb = tt.broadcast %tk2 : tensor<$Dx1xbf16> -> tensor<$Dx$BNxbf16>
+    %tv2 = tt.expand_dims $TV {axis = 0 : i32} : tensor<$Dxbf16> -> tensor<1x$Dxbf16>
+    %tvb = tt.broadcast %tv2 : tensor<1x$Dxbf16> -> tensor<$BNx$Dxbf16>
+    %sts = tt.splat %st : i32 -> tensor<$BNxi32>
+`
+	placeRounded = `    %tkb16 = arith.truncf %tkx : tensor<$Dxf32> to tensor<$Dxbf16>
+    %tkpb16 = arith.truncf %tkpx : tensor<$Dxf32> to tensor<$Dxbf16>
+    %tv = arith.truncf %tvx : tensor<$Dxf32> to tensor<$Dxbf16>
+`
+	keyPlace = `      %own = arith.cmpi eq, %j, %sts : tensor<$BNxi32>
+      %ownK0 = tt.expand_dims %own {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
+      %ownK = tt.broadcast %ownK0 : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
+      %ktp = arith.select %ownK, %tkb, %kt : tensor<$Dx$BNxi1>, tensor<$Dx$BNxbf16>
+`
+	valuePlace = `      %ownV0 = tt.expand_dims %own {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
+      %ownV = tt.broadcast %ownV0 : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
+      %vvp = arith.select %ownV, %tvb, %vv : tensor<$BNx$Dxi1>, tensor<$BNx$Dxbf16>
+`
+	placeStore = `    %czw = arith.constant 0 : i32
+    %wpos = arith.cmpi sgt, %wrn, %czw : i32
+    %inlo = arith.cmpi sge, %st, %jstart : i32
+    %inhi = arith.cmpi slt, %st, %jsplit : i32
+    %inspl = arith.andi %inlo, %inhi : i1
+    %wr = arith.andi %wpos, %inspl : i1
+    %wrs = tt.splat %wr : i1 -> tensor<$Dxi1>
+    %srow = arith.addi %kvrow, %st : i32
+    %soff = arith.muli %srow, %cDp : i32
+    %soffs = tt.splat %soff : i32 -> tensor<$Dxi32>
+    %so = arith.addi %soffs, %rd : tensor<$Dxi32>
+    %kob = tt.splat %kout : !tt.ptr<bf16> -> tensor<$Dx!tt.ptr<bf16>>
+    %kop = tt.addptr %kob, %so : tensor<$Dx!tt.ptr<bf16>>, tensor<$Dxi32>
+    tt.store %kop, %tk, %wrs : tensor<$Dx!tt.ptr<bf16>>
+    %vob = tt.splat %vout : !tt.ptr<bf16> -> tensor<$Dx!tt.ptr<bf16>>
+    %vop = tt.addptr %vob, %so : tensor<$Dx!tt.ptr<bf16>>, tensor<$Dxi32>
+    tt.store %vop, $TV, %wrs : tensor<$Dx!tt.ptr<bf16>>
 `
 )
 

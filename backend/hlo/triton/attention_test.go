@@ -65,13 +65,14 @@ func TestCheckAttention(t *testing.T) {
 }
 
 // requireWellFormed checks what can be checked of a TTIR text without Triton: every
-// placeholder filled, and every SSA value used defined (as a result, an argument, a
-// loop variable or a block argument).
+// placeholder filled, every SSA value used defined (as a result, an argument, a loop
+// variable or a block argument), and no value defined twice.
 func requireWellFormed(t *testing.T, text string) {
 	t.Helper()
 	require.NotContains(t, text, "$", "a placeholder left")
 	defined := map[string]bool{}
 	for _, m := range regexp.MustCompile(`%(\w+)(?::\d+)? =|%(\w+): `).FindAllStringSubmatch(text, -1) {
+		require.False(t, defined[m[1]+m[2]], "%%%s is defined twice", m[1]+m[2])
 		defined[m[1]+m[2]] = true
 	}
 	for _, m := range regexp.MustCompile(`%(\w+)`).FindAllStringSubmatch(text, -1) {
@@ -141,8 +142,7 @@ func TestAttentionCombineTTIR(t *testing.T) {
 // With RotaryRow the kernel reads x, cos and sin for its queries and rotates them:
 // query head h at position p = b·T + t starts at column p·RotaryRow + h·D of x, the
 // partner of column d is (d + D/2) mod D, both halves' factor column is d mod D/2, and
-// the first half's partner is negated; float32 x is rounded to bfloat16 first. Every
-// value is defined once.
+// the first half's partner is negated; float32 x is rounded to bfloat16 first.
 func TestRotaryAttentionTTIR(t *testing.T) {
 	a := decodeAttention(4, 516)
 	for _, rotaryFloat32 := range []bool{false, true} {
@@ -174,16 +174,68 @@ func TestRotaryAttentionTTIR(t *testing.T) {
 		} {
 			require.Contains(t, text, line)
 		}
-		defined := map[string]int{}
-		for _, m := range regexp.MustCompile(`(?m)^\s*%(\w+)(?::\d+)? =`).FindAllStringSubmatch(text, -1) {
-			defined[m[1]]++
-		}
-		for name, n := range defined {
-			require.Equal(t, 1, n, "%%%s is defined %d times", name, n)
-		}
 	}
 	a.RotaryRow = 8 * 128
 	require.ErrorContains(t, CheckAttention(a), "rows of 1024 columns of x for 16 query heads")
+}
+
+// With Place the kernel also loads the program's own key (rotated as the queries, from
+// the columns after theirs) and value (from ValueColumn) from x's row at position b,
+// and uses them in place of slot start[b] of each tile; with Write it stores them
+// there in its outputs k and v, masked to the split holding the slot and to rows whose
+// written[b] is positive. Float32 x is rounded to bfloat16 first.
+func TestPlacedAttentionTTIR(t *testing.T) {
+	a := decodeAttention(1, 516)
+	a.RotaryRow, a.ValueColumn, a.Place = 20*128, 18*128, true
+	for _, c := range []struct{ rotaryFloat32, write bool }{{false, false}, {true, false}, {true, true}} {
+		a.RotaryFloat32, a.Write = c.rotaryFloat32, c.write
+		text, err := AttentionTTIR(a)
+		require.NoError(t, err)
+		requireWellFormed(t, text)
+		for _, line := range []string{
+			"%lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %start: !tt.ptr<i32>",
+			"%cKC = arith.constant 2048 : i32",
+			"%cVC = arith.constant 2304 : i32",
+			"%xprow = arith.muli %bi, %cXRp",
+			"%tkpo = arith.addi %kcols, %trdp",
+			"%tks0 = arith.mulf %tkpf, %sgn",
+			"%tk = arith.truncf %tkr : tensor<128xf32> to tensor<128xbf16>",
+			"%own = arith.cmpi eq, %j, %sts : tensor<32xi32>",
+			"tt.dot %qv, %ktp, %szero",
+			"tt.dot %pb, %vvp, %accs",
+		} {
+			require.Contains(t, text, line)
+		}
+		// Every load before the loop is issued before the queries' rotation waits for its
+		// data.
+		require.Less(t, strings.Index(text, "%tsv = tt.load"), strings.Index(text, "%xf = arith.extf"))
+		require.Less(t, strings.Index(text, "%len = tt.load"), strings.Index(text, "%xf = arith.extf"))
+		if c.rotaryFloat32 {
+			require.Contains(t, text, "%tkf = arith.extf %tkb16")
+			require.Contains(t, text, "%tv = arith.truncf %tvx : tensor<128xf32> to tensor<128xbf16>")
+		} else {
+			require.Contains(t, text, "%tkf = arith.extf %tkx")
+		}
+		if c.write {
+			require.Contains(t, text, "%ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %kout: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %vout:")
+			require.Contains(t, text, "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>")
+			require.Contains(t, text, "%wr = arith.andi %wpos, %inspl")
+			require.Less(t, strings.Index(text, "%wrn = tt.load"), strings.Index(text, "%xf = arith.extf"))
+			require.Contains(t, text, "tt.store %kop, %tk, %wrs")
+			require.Equal(t, 5, strings.Count(text, "tt.store"))
+		} else {
+			require.NotContains(t, text, "%written")
+			require.Equal(t, 3, strings.Count(text, "tt.store"))
+		}
+	}
+	for _, bad := range []func(a Attention) Attention{
+		func(a Attention) Attention { a.RotaryRow = 0; return a },
+		func(a Attention) Attention { a.T = 2; return a },
+		func(a Attention) Attention { a.ValueColumn = 19 * 128; return a },
+		func(a Attention) Attention { a.Place = false; return a },
+	} {
+		require.Error(t, CheckAttention(bad(a)))
+	}
 }
 
 // The GEMV kernels pass the same checks.

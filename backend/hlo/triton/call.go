@@ -3,7 +3,9 @@
 package triton
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -152,14 +154,17 @@ func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stable
 	return kn.callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
 }
 
-// AttentionOutput appends our attention of a to k's function for the queries, k, v
-// and bias as a describes them and lens [B] int32 (keys read per batch row), and
-// returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose per-split
-// partial results AttentionCombineTTIR's kernel combines. The queries are q, or where
-// a.RotaryRow is set the rows x [B, T, RotaryRow] (float32 with a.RotaryFloat32,
-// otherwise bfloat16) and cos and sin [B, T, D/2] float32 that the kernel rotates them
-// with.
-func (kn Kernels) AttentionOutput(queries []*stablehlo.Value, k, v, bias, lens *stablehlo.Value, a Attention) (*stablehlo.Value, error) {
+// AttentionOutput appends our attention of a to fn, the function of k, for the
+// queries, k, v and bias as a describes them and lens [B] int32 (keys read per batch
+// row), and returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose
+// per-split partial results AttentionCombineTTIR's kernel combines. The queries are q,
+// or where a.RotaryRow is set the rows x [B, T, RotaryRow] (float32 with
+// a.RotaryFloat32, otherwise bfloat16) and cos and sin [B, T, D/2] float32 that the
+// kernel rotates them with. With a.Place, placed is start [B] int32, followed with
+// a.Write by written [B] int32, and the kernel also returns k and v with the window's
+// keys and values written (newK, newV): its outputs alias k's and v's buffers.
+func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.Value, k, v, bias, lens *stablehlo.Value,
+	placed []*stablehlo.Value, a Attention) (out, newK, newV *stablehlo.Value, err error) {
 	want := []shapes.Shape{shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)}
 	if a.RotaryRow > 0 {
 		x := dtypes.BFloat16
@@ -169,40 +174,90 @@ func (kn Kernels) AttentionOutput(queries []*stablehlo.Value, k, v, bias, lens *
 		want = []shapes.Shape{shapes.Make(x, a.B, a.T, a.RotaryRow),
 			shapes.Make(dtypes.Float32, a.B, a.T, a.D/2), shapes.Make(dtypes.Float32, a.B, a.T, a.D/2)}
 	}
-	want = append(want, shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D),
-		shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D), shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S),
-		shapes.Make(dtypes.Int32, a.B))
-	operands := append(slices.Clone(queries), k, v, bias, lens)
-	if len(operands) != len(want) {
-		return nil, fmt.Errorf("triton: attention of %d queries' operands, want %d", len(queries), len(want)-4)
+	cache := shapes.Make(dtypes.BFloat16, a.B, a.KVHeads, a.S, a.D)
+	want = append(want, cache, cache, shapes.Make(dtypes.BFloat16, a.B, a.BiasHeads, a.T, a.S), shapes.Make(dtypes.Int32, a.B))
+	for range placedOperands(a) {
+		want = append(want, shapes.Make(dtypes.Int32, a.B))
+	}
+	operands := append(append(slices.Clone(queries), k, v, bias, lens), placed...)
+	if len(operands) != len(want) || len(placed) != placedOperands(a) {
+		return nil, nil, nil, fmt.Errorf("triton: attention of %d queries' and %d placement operands for %+v", len(queries), len(placed), a)
 	}
 	for i, x := range operands {
 		if !x.Shape().Equal(want[i]) {
-			return nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
+			return nil, nil, nil, fmt.Errorf("triton: attention operand #%d is %s, want %s", i, x.Shape(), want[i])
 		}
 	}
 	ir, err := AttentionTTIR(a)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	splits, rows := a.Splits(), a.Rows()
-	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), operands,
-		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
+	outputs := []shapes.Shape{shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows, a.D),
 		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows),
-		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows))
+		shapes.Make(dtypes.Float32, a.B, a.KVHeads, splits, rows)}
+	if a.Write {
+		outputs = append(outputs, cache, cache)
+	}
+	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), operands, outputs...)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
+	}
+	if a.Write {
+		kIndex := len(queries)
+		if err := aliasOutputs(fn, partials, map[int]int{3: kIndex, 4: kIndex + 1}); err != nil {
+			return nil, nil, nil, err
+		}
+		newK, newV = partials[3], partials[4]
 	}
 	if ir, err = AttentionCombineTTIR(a); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	out, err := kn.Call("combine", ir, a.CombinePrograms(), Warps, 1, partials,
+	combined, err := kn.Call("combine", ir, a.CombinePrograms(), Warps, 1, partials[:3],
 		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return out[0], nil
+	return combined[0], newK, newV, nil
 }
+
+// placedOperands is how many [B] int32 operands a's kernel takes after lens: start
+// with Place, and written with Write.
+func placedOperands(a Attention) int {
+	switch {
+	case a.Write:
+		return 2
+	case a.Place:
+		return 1
+	}
+	return 0
+}
+
+// aliasOutputs makes the custom call of fn whose results are outs write its output
+// #o into the buffer of its operand #aliases[o] (StableHLO's output_operand_aliases),
+// which XLA then hands the kernel as both. go-xla's CustomCallV2 has no parameter for
+// it; its statements' attributes are public.
+func aliasOutputs(fn *stablehlo.Function, outs []*stablehlo.Value, aliases map[int]int) error {
+	for i := len(fn.Statements) - 1; i >= 0; i-- {
+		s := fn.Statements[i]
+		if len(s.Outputs) == 0 || s.Outputs[0] != outs[0] {
+			continue
+		}
+		var text []string
+		for _, o := range slices.Sorted(maps.Keys(aliases)) {
+			text = append(text, fmt.Sprintf("#stablehlo.output_operand_alias<output_tuple_indices = [%d], operand_index = %d, operand_tuple_indices = []>", o, aliases[o]))
+		}
+		s.Attributes["output_operand_aliases"] = mlirText("[" + strings.Join(text, ", ") + "]")
+		return nil
+	}
+	return errors.New("triton: the custom call to alias is not in its function")
+}
+
+// mlirText is an attribute value written as it is.
+type mlirText string
+
+// ToStableHLO implements the interface of go-xla's attribute values.
+func (t mlirText) ToStableHLO() string { return string(t) }
 
 // RowNorm appends our norm of r to a's function (RowNormTTIR's kernel, a program per
 // row): for a [M, K] float32 (and b [M, K] float32, nil unless r.Sum) and the norm

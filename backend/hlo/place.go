@@ -1,0 +1,188 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"slices"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
+)
+
+// placement is model's placeToken(cache, x, start, n) (model/attention.go) as
+// placementOf recognises it in a select: the cache [b, kvHeads, s, d] with a one-token
+// window's key or value x [b, 1, kvHeads, d] in slot start[b] of every row, or with n
+// set of the rows where n[b] > 0. placed is the select's result.
+type placement struct {
+	placed, cache, x, start, n *value
+}
+
+// placementOf recognises placeToken's select v = Where(cond, onTrue, cache): onTrue
+// the broadcast over the slots of Transpose(x, 0, 2, 1, 3), cond the broadcast over
+// the heads and the head dimension of at [b, s] reshaped to [b, 1, s, 1], at either
+// Equal(Iota over the slots, start [b] reshaped to [b, 1]) or that and
+// GreaterThan(n [b] reshaped to [b, 1], 0).
+func placementOf(v *value) (placement, bool) {
+	if opOf(v) != compute.OpTypeWhere || v.shape.Rank() != 4 {
+		return placement{}, false
+	}
+	cond, onTrue, cache := v.origin.args[0], v.origin.args[1], v.origin.args[2]
+	dims := v.shape.Dimensions
+	b, kvHeads, s, d := dims[0], dims[1], dims[2], dims[3]
+	if !cache.shape.Equal(v.shape) {
+		return placement{}, false
+	}
+	token := unbroadcast(onTrue)
+	if opOf(token) != compute.OpTypeTranspose || !slices.Equal(token.origin.axes, []int{0, 2, 1, 3}) ||
+		!slices.Equal(token.shape.Dimensions, []int{b, kvHeads, 1, d}) {
+		return placement{}, false
+	}
+	x := token.origin.args[0]
+	at := unbroadcast(cond)
+	if opOf(at) != compute.OpTypeReshape || !slices.Equal(at.shape.Dimensions, []int{b, 1, s, 1}) {
+		return placement{}, false
+	}
+	at = at.origin.args[0]
+	p := placement{placed: v, cache: cache, x: x}
+	if opOf(at) == compute.OpTypeLogicalAnd {
+		positive := at.origin.args[1]
+		at = at.origin.args[0]
+		if opOf(positive) != compute.OpTypeGreaterThan {
+			return placement{}, false
+		}
+		if p.n = perRow(positive.origin.args[0], b); p.n == nil || !isIntZero(positive.origin.args[1]) {
+			return placement{}, false
+		}
+	}
+	if opOf(at) != compute.OpTypeEqual || !slices.Equal(at.shape.Dimensions, []int{b, s}) {
+		return placement{}, false
+	}
+	slots := unbroadcast(at.origin.args[0])
+	if opOf(slots) != compute.OpTypeIota || slots.shape.DType != dtypes.Int32 ||
+		!slices.Equal(slots.shape.Dimensions, []int{1, s}) || !slices.Equal(slots.origin.axes, []int{1}) {
+		return placement{}, false
+	}
+	if p.start = perRow(at.origin.args[1], b); p.start == nil {
+		return placement{}, false
+	}
+	return p, true
+}
+
+// unbroadcast follows v back through broadcasts that keep its rank.
+func unbroadcast(v *value) *value {
+	for opOf(v) == compute.OpTypeBroadcastInDim && v.origin.args[0].shape.Rank() == v.shape.Rank() {
+		v = v.origin.args[0]
+	}
+	return v
+}
+
+// perRow returns the int32 [b] value that v, [b, 1] broadcast or not, reshapes, or nil.
+func perRow(v *value, b int) *value {
+	v = unbroadcast(v)
+	if opOf(v) != compute.OpTypeReshape || !slices.Equal(v.shape.Dimensions, []int{b, 1}) {
+		return nil
+	}
+	if r := v.origin.args[0]; r.shape.DType == dtypes.Int32 && slices.Equal(r.shape.Dimensions, []int{b}) {
+		return r
+	}
+	return nil
+}
+
+// isIntZero reports whether v is an int32 constant 0, broadcast or not.
+func isIntZero(v *value) bool {
+	for opOf(v) == compute.OpTypeBroadcastInDim || opOf(v) == compute.OpTypeReshape {
+		v = v.origin.args[0]
+	}
+	return v != nil && v.shape.DType == dtypes.Int32 && opOf(v) == compute.OpTypeConstant &&
+		v.origin.scalar != nil && *v.origin.scalar == 0
+}
+
+// notePlacement keeps v, with option triton=place, where it places a token in the rows
+// where n is positive: model's write of a one-token window into its cache, which our
+// attention kernel may take over (placedWindow).
+func (f *Function) notePlacement(v compute.Value) {
+	x, ok := v.(*value)
+	if !ok || !f.builder.backend.tritonPlace {
+		return
+	}
+	if p, ok := placementOf(x); ok && p.n != nil {
+		f.placements = append(f.placements, p)
+	}
+}
+
+// placedWindow returns, with option triton=place, the attention a (already reading the
+// rows with RotaryRow) with Place set, and its cache operands and start, where key and
+// value are model's one-token window placed in its slot of the cache in every row
+// (placementOf): the key rotated with the queries from the same rows, the value the
+// slice of those rows after the keys. The kernel then takes the key and value from
+// the rows and the cache as it is, and XLA drops the placement's select, which copied
+// the cache. Where the same key and value are also written into the cache (a
+// placement with n, noted earlier), a has Write set, with n as the kernel's written
+// operand, and keys and values hold those placements for the kernel's outputs to
+// replace.
+func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attention) (keys, values placement, _ triton.Attention, ok bool) {
+	q, ok1 := query.(*value)
+	kv, ok2 := key.(*value)
+	vv, ok3 := val.(*value)
+	if !f.builder.backend.tritonPlace || !ok1 || !ok2 || !ok3 || a.RotaryRow == 0 || a.T != 1 {
+		return placement{}, placement{}, a, false
+	}
+	keys, ok1 = placementOf(kv)
+	values, ok2 = placementOf(vv)
+	if !ok1 || !ok2 || keys.n != nil || values.n != nil || keys.start != values.start {
+		return placement{}, placement{}, a, false
+	}
+	// The queries' rotation: q = Transpose(Slice(qk, heads 0:Heads)), x = the slice of
+	// qk's key heads, Heads:Heads+KVHeads.
+	qk := q.origin.args[0].origin.args[0]
+	if !isSliceOf(keys.x, qk, []int{0, 0, a.Heads, 0}) {
+		return placement{}, placement{}, a, false
+	}
+	// The rows: qk rotates Reshape(Slice(qkv, columns 0:(Heads+KVHeads)·D)); the value
+	// is Reshape(Slice(qkv, the KVHeads·D columns after those)).
+	unrotated, _, _, _ := rotatedQuery(q)
+	if opOf(unrotated) != compute.OpTypeReshape || opOf(unrotated.origin.args[0]) != compute.OpTypeSlice {
+		return placement{}, placement{}, a, false
+	}
+	qkv := unrotated.origin.args[0].origin.args[0]
+	column := (a.Heads + a.KVHeads) * a.D
+	if opOf(values.x) != compute.OpTypeReshape || !isSliceOf(values.x.origin.args[0], qkv, []int{0, 0, column}) ||
+		values.x.origin.args[0].shape.Dimensions[2] != a.KVHeads*a.D {
+		return placement{}, placement{}, a, false
+	}
+	a.Place, a.ValueColumn = true, column
+	for _, kw := range f.placements {
+		if kw.cache != keys.cache || kw.x != keys.x || kw.start != keys.start {
+			continue
+		}
+		for _, vw := range f.placements {
+			if vw.cache == values.cache && vw.x == values.x && vw.start == values.start && vw.n == kw.n {
+				a.Write = true
+				keys, values = kw, vw
+			}
+		}
+	}
+	return keys, values, a, triton.CheckAttention(a) == nil
+}
+
+// isSliceOf reports whether v is a slice of strides 1 of x from starts.
+func isSliceOf(v, x *value, starts []int) bool {
+	return opOf(v) == compute.OpTypeSlice && v.origin.args[0] == x && slices.Equal(v.origin.starts, starts)
+}
+
+// placedOperands returns the kernel's cache operands k and v, and start (and n where
+// a writes), of placedWindow's placements.
+func (f *Function) placedOperands(keys, values placement, a triton.Attention) (k, v *stablehlo.Value, placed []*stablehlo.Value, err error) {
+	operands := []compute.Value{keys.cache, values.cache, keys.start}
+	if a.Write {
+		operands = append(operands, keys.n)
+	}
+	vs, err := f.operands(operands...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return vs[0], vs[1], vs[2:], nil
+}
