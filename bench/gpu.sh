@@ -36,7 +36,8 @@
 # prefills), prefillab (prefills of builds of other refs), variants
 # (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
 # option triton=fold and without it), ropeab (ours against ours without triton=rope),
-# normab (ours against ours without triton=norm), trace
+# normab (ours against ours without triton=norm), placeab (ours against ours without
+# triton=place), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -114,7 +115,8 @@ backend_config() {
     bdxla-gemv-attention-fold-pdl) echo "bdxla:$plugin,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl" ;;
     bdxla-gemv-attention-fold-pdl-rope) echo "$(backend_config bdxla-gemv-attention-fold-pdl),triton=rope" ;;
     bdxla-gemv-attention-fold-pdl-rope-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=norm" ;;
-    ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm ;; # what backend.Select picks on CUDA
+    bdxla-gemv-attention-fold-pdl-rope-norm-place) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm),triton=place" ;;
+    ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place ;; # what backend.Select picks on CUDA
   esac
 }
 
@@ -666,6 +668,17 @@ normab() {
   # Option triton=norm (our kernel for the RMSNorms of several rows; ours since run
   # DA): its GPU tests, then the steps and the prefills (~300 s).
   optionab norm TestTritonNormModelsMatch bdxla-gemv-attention-fold-pdl-rope steps_of prefills
+}
+
+placeab() {
+  # Option triton=place (our attention kernel places one-token windows' keys and values
+  # and writes them into the cache; ours since run DE): package diffusion's decoding
+  # tests on ours, its GPU tests, then the steps (~300 s).
+  section "triton=place: diffusion's decoding tests"
+  GOMLX_BACKEND="$(backend_config ours),notf32" timeout 200 .gpu/bin/diffusion.test -test.v \
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestStreamAndCancel' >"$OUT/place-diffusion.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error' "$OUT/place-diffusion.log" | head -24
+  optionab place TestTritonPlaceModelsMatch bdxla-gemv-attention-fold-pdl-rope-norm steps_of
 }
 
 pack() {
