@@ -15,6 +15,23 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo"
 )
 
+// halves computes the two halves of a rotation from x's halves x1, x2 and cos, sin.
+type halves func(x1, x2, cos, sin *Node) (first, second *Node)
+
+// modelHalves are model's rotary.apply's: x1·cos − x2·sin and x2·cos + x1·sin.
+func modelHalves(x1, x2, cos, sin *Node) (*Node, *Node) {
+	return Sub(Mul(x1, cos), Mul(x2, sin)), Add(Mul(x2, cos), Mul(x1, sin))
+}
+
+// rotateHalves is rotary.apply with the halves h computes: of the bf16 x [..., d]
+// widened to float32, rounded back to bf16.
+func rotateHalves(x, cos, sin *Node, h halves) *Node {
+	d := x.Shape().Dimensions[x.Rank()-1]
+	x32 := ConvertDType(x, dtypes.Float32)
+	first, second := h(SliceAxis(x32, -1, AxisRange(0, d/2)), SliceAxis(x32, -1, AxisRange(d/2, d)), cos, sin)
+	return ConvertDType(Concatenate([]*Node{first, second}, -1), dtypes.BFloat16)
+}
+
 // With option triton=rope our attention kernel takes the rows x and rotates the
 // queries itself only where they are model's rotation of x (rotary.apply); other
 // queries, a rotation of the other sign or with cos and sin swapped in one half, reach
@@ -32,16 +49,7 @@ func TestTritonRopeRecognises(t *testing.T) {
 		shapes.Make(bf16, 1, 1, 1, keys),            // bias
 		shapes.Make(f32, 1, 1, (heads+2*kvHeads)*d), // the fused product's rows
 	}
-	// rotate is rotary.apply, with the signs and factors of its two halves as given.
-	type halves func(x1, x2, cos, sin *Node) (first, second *Node)
-	rotate := func(x, cos, sin *Node, h halves) *Node {
-		x32 := ConvertDType(x, f32)
-		first, second := h(SliceAxis(x32, -1, AxisRange(0, d/2)), SliceAxis(x32, -1, AxisRange(d/2, d)), cos, sin)
-		return ConvertDType(Concatenate([]*Node{first, second}, -1), bf16)
-	}
-	model := func(x1, x2, cos, sin *Node) (*Node, *Node) {
-		return Sub(Mul(x1, cos), Mul(x2, sin)), Add(Mul(x2, cos), Mul(x1, sin))
-	}
+	rotate, model := rotateHalves, modelHalves
 	// rotating returns the type of x the kernel reads and the input it is, "" where it
 	// reads rotated queries.
 	rotating := func(queries func(in []*Node) *Node) (xType, operand string) {

@@ -1,0 +1,73 @@
+//go:build cgo && !noxla
+
+package hlo_test
+
+import (
+	"testing"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
+	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/backend/hlo"
+)
+
+// With option triton=place our attention kernel takes a one-token window's key and
+// value from the qkv rows only where the keys and values attended are model's
+// placement of them (placeToken) in the cache: the key rotated with the queries, the
+// value the rows' columns after the keys. It writes them into the cache where the
+// cache's update is the same placement for rows with n > 0. Near misses, a value from
+// other columns or an update at another start, are left to XLA.
+func TestTritonPlaceRecognises(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=attention,triton=rope,triton=place")
+	require.NoError(t, err)
+	f32, bf16, i32 := dtypes.Float32, dtypes.BFloat16, dtypes.Int32
+	const heads, kvHeads, d, slots = 4, 2, 16, 64
+	cache := shapes.Make(bf16, 1, kvHeads, slots, d)
+	inputs := []shapes.Shape{
+		shapes.Make(f32, 1, 1, (heads+2*kvHeads)*d),                    // the fused product's rows
+		shapes.Make(f32, 1, 1, 1, d/2), shapes.Make(f32, 1, 1, 1, d/2), // cos, sin
+		cache, cache, // k, v
+		shapes.Make(i32, 1), shapes.Make(i32, 1), shapes.Make(i32, 1), // start, n, another start
+		shapes.Make(bf16, 1, 1, 1, slots), // bias
+	}
+	// place is model's placeToken: the token x [1, 1, kvHeads, d] in slot start of the
+	// cache, in the rows where n > 0 unless n is nil.
+	place := func(cache, x, start, n *Node) *Node {
+		g := x.Graph()
+		at := Equal(Iota(g, shapes.Make(i32, 1, slots), 1), InsertAxes(start, -1))
+		if n != nil {
+			at = LogicalAnd(at, GreaterThan(InsertAxes(n, -1), Const(g, int32(0))))
+		}
+		at = BroadcastToDims(Reshape(at, 1, 1, slots, 1), 1, kvHeads, slots, d)
+		return Where(at, BroadcastToDims(TransposeAllAxes(x, 0, 2, 1, 3), 1, kvHeads, slots, d), cache)
+	}
+	// placing builds the window with the value from column valueColumn of the rows and
+	// the cache written at start writeStart, and returns how many of our attention
+	// kernels place the token and how many also write it.
+	placing := func(valueColumn, writeStart int) (places, writes int) {
+		text := buildOn(t, b, inputs, func(g *Graph, in []*Node) []*Node {
+			qkv := ConvertDType(in[0], bf16)
+			qk := rotateHalves(Reshape(SliceAxis(qkv, -1, AxisRange(0, (heads+kvHeads)*d)), 1, 1, heads+kvHeads, d),
+				in[1], in[2], modelHalves)
+			v := Reshape(SliceAxis(qkv, -1, AxisRange(valueColumn, valueColumn+kvHeads*d)), 1, 1, kvHeads, d)
+			k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
+			written := []*Node{place(in[3], k, in[writeStart], in[6]), place(in[4], v, in[writeStart], in[6])}
+			q := TransposeAllAxes(SliceAxis(qk, 2, AxisRange(0, heads)), 0, 2, 1, 3)
+			bias := InternalBackendOutputs(in[8])[0]
+			out, _ := BackendFusedScaledDotProductAttention(q, place(in[3], k, in[5], nil), place(in[4], v, in[5], nil),
+				compute.AttentionAxesLayoutBHSD, &compute.ScaledDotProductAttentionConfig{Scale: 0.25, Bias: bias})
+			return append([]*Node{out}, written...)
+		})
+		require.Equal(t, 1, tritonCallsWith(text, "tt.func public @attention(%x: !tt.ptr<f32>"), "the queries are rotated")
+		return tritonCallsWith(text, "%start: !tt.ptr<i32>"), tritonCallsWith(text, "%written: !tt.ptr<i32>")
+	}
+	places, writes := placing((heads+kvHeads)*d, 5)
+	require.Equal(t, [2]int{1, 1}, [2]int{places, writes}, "model's placement, written")
+	places, _ = placing((heads+kvHeads)*d-d, 5)
+	require.Zero(t, places, "a value from other columns")
+	places, writes = placing((heads+kvHeads)*d, 7)
+	require.Equal(t, [2]int{1, 0}, [2]int{places, writes}, "written at another start")
+}
