@@ -103,6 +103,7 @@ func TestAttentionTTIR(t *testing.T) {
 			require.Contains(t, text, "%lenp = tt.addptr %lens, %bi : !tt.ptr<i32>, i32")
 			require.Contains(t, text, "%jend = arith.minsi %jsplit, %len : i32")
 			require.Contains(t, text, "scf.for %j0 = %jstart to %jend step %cBN")
+			require.Less(t, strings.Index(text, "%vv = tt.load"), strings.Index(text, "%s = tt.dot"), "values load with the keys")
 			require.Equal(t, 3, strings.Count(text, "tt.store"))
 			if a.BiasHeads == 1 {
 				require.Contains(t, text, "%brow = arith.muli %brow0, %Sr")
