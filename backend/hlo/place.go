@@ -154,18 +154,24 @@ func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attentio
 		return placement{}, placement{}, a, false
 	}
 	a.Place, a.ValueColumn = true, column
-	for _, kw := range f.placements {
-		if kw.cache != keys.cache || kw.x != keys.x || kw.start != keys.start {
-			continue
-		}
-		for _, vw := range f.placements {
-			if vw.cache == values.cache && vw.x == values.x && vw.start == values.start && vw.n == kw.n {
-				a.Write = true
-				keys, values = kw, vw
-			}
-		}
+	kw, ok1 := f.writeOf(keys)
+	vw, ok2 := f.writeOf(values)
+	if ok1 && ok2 && kw.n == vw.n {
+		a.Write = true
+		keys, values = kw, vw
 	}
 	return keys, values, a, triton.CheckAttention(a) == nil
+}
+
+// writeOf returns the placement noted (notePlacement) of p's token in p's cache at p's
+// start, in the rows where some n is positive: the cache's update.
+func (f *Function) writeOf(p placement) (placement, bool) {
+	for _, w := range slices.Backward(f.placements) {
+		if w.cache == p.cache && w.x == p.x && w.start == p.start {
+			return w, true
+		}
+	}
+	return placement{}, false
 }
 
 // isSliceOf reports whether v is a slice of strides 1 of x from starts.

@@ -449,11 +449,11 @@ func (a Attention) placed(text string) string {
 // rotation rotaryLoad's queries have), value, cos and sin, start[b] and with Write
 // written[b]; placeLoad rounds and rotates the key as rotaryLoad does the queries
 // (reusing its %sgn), and broadcasts key and value to the loop's tiles of keys [D, BN]
-// and values [BN, D]; keyPlace and valuePlace put them in
-// place of slot start[b] of each tile; placeStore writes them to that slot of the
-// outputs k and v, from the program whose split holds it, where written[b] > 0. The
-// slot's own keys and values are loaded and never used, so the store cannot race
-// with any program's loads.
+// and values [BN, D]; keyPlace and valuePlace put them in place of slot start[b] of
+// each tile; placeStore writes them to that slot of the outputs k and v, from the
+// program whose split holds it, where written[b] > 0 and the slot is one of the S (the
+// last split may reach past them). The slot's own keys and values are loaded and never
+// used, so the store cannot race with any program's loads.
 const (
 	placeArgs  = ", %start: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
 	writtenArg = ", %written: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
@@ -535,7 +535,9 @@ $WRITTENLOAD`
     %inlo = arith.cmpi sge, %st, %jstart : i32
     %inhi = arith.cmpi slt, %st, %jsplit : i32
     %inspl = arith.andi %inlo, %inhi : i1
-    %wr = arith.andi %wpos, %inspl : i1
+    %inS = arith.cmpi slt, %st, %cS : i32
+    %inslots = arith.andi %inspl, %inS : i1
+    %wr = arith.andi %wpos, %inslots : i1
     %wrs = tt.splat %wr : i1 -> tensor<$Dxi1>
     %srow = arith.addi %kvrow, %st : i32
     %soff = arith.muli %srow, %cDp : i32

@@ -220,7 +220,8 @@ func TestPlacedAttentionTTIR(t *testing.T) {
 		if c.write {
 			require.Contains(t, text, "%ol: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %kout: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %vout:")
 			require.Contains(t, text, "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>")
-			require.Contains(t, text, "%wr = arith.andi %wpos, %inspl")
+			require.Contains(t, text, "%inS = arith.cmpi slt, %st, %cS : i32")
+			require.Contains(t, text, "%wr = arith.andi %wpos, %inslots")
 			require.Less(t, strings.Index(text, "%wrn = tt.load"), strings.Index(text, "%xf = arith.extf"))
 			require.Contains(t, text, "tt.store %kop, %tk, %wrs")
 			require.Equal(t, 5, strings.Count(text, "tt.store"))
