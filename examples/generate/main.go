@@ -39,6 +39,7 @@ var (
 	threshold   = flag.Float64("threshold", -1, "reveal threshold in (0, 1]; -1: the preset's")
 	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step (default: the preset's)")
 	maxTokens   = flag.Int("max-tokens", 128, "maximum new tokens")
+	readback    = flag.Int("blocks-per-readback", 0, "blocks the device decodes between host reads (default: the preset's, 1, so that text streams block by block; more: fewer round trips, each of which costs about 2 ms on an H200)")
 	temperature = flag.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
 	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability")
@@ -183,6 +184,9 @@ func decodeConfig() (diffusion.Config, error) {
 	}
 	if *minReveal > 0 {
 		cfg.MinReveal = *minReveal
+	}
+	if *readback > 0 {
+		cfg.BlocksPerReadback = *readback
 	}
 	cfg.MaxNewTokens, cfg.Temperature, cfg.TopK, cfg.TopP, cfg.Seed = *maxTokens, *temperature, *topK, *topP, *seed
 	return cfg, cfg.Validate()
