@@ -321,18 +321,20 @@ $PLACESTORE    tt.return
 `
 	}
 	text = strings.Replace(text, "$BIASROW", biasRow, 1)
-	args, load := queryArgs, queryLoad
+	text = a.placed(text)
 	if a.RotaryRow > 0 {
+		// The rows' type, width and half the head dimension, in rotaryLoad's text and in
+		// placed's.
 		xtype, round, xb, xpb := "bf16", "", "%xv", "%xpv"
 		if a.RotaryFloat32 {
 			xtype, round, xb, xpb = "f32", roundedLoad, "%xb", "%xpb"
 		}
-		r := strings.NewReplacer("$XROUND", round, "$XROW", strconv.Itoa(a.RotaryRow), "$XT", xtype,
-			"$XB", xb, "$XPB", xpb, "$HALF", strconv.Itoa(a.D/2))
-		args, load = r.Replace(rotaryArgs), r.Replace(rotaryLoad)
+		text = strings.NewReplacer("$QARGS", rotaryArgs, "$QLOAD", rotaryLoad).Replace(text)
+		text = strings.NewReplacer("$XROUND", round, "$XROW", strconv.Itoa(a.RotaryRow), "$XT", xtype,
+			"$XB", xb, "$XPB", xpb, "$HALF", strconv.Itoa(a.D/2)).Replace(text)
+	} else {
+		text = strings.NewReplacer("$QARGS", queryArgs, "$QLOAD", queryLoad).Replace(text)
 	}
-	text = strings.NewReplacer("$QARGS", args, "$QLOAD", load).Replace(text)
-	text = a.placed(text)
 	r := strconv.Itoa(a.Rows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
 	return strings.NewReplacer(
@@ -420,7 +422,9 @@ $XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
 // placed fills text's placeholders of Attention.Place and Write: with Place, the
 // arguments start (and written), the loads of the program's own key and value
 // (placeLoad) and their use in place of slot start[b]'s; with Write, the outputs k and v
-// and the store of the two there (placeStore); otherwise nothing.
+// and the store of the two there (placeStore); otherwise nothing. The rows' type, width
+// and half the head dimension ($XT, $XROW, $HALF) are left for AttentionTTIR to fill as
+// it fills rotaryLoad's.
 func (a Attention) placed(text string) string {
 	if !a.Place {
 		return strings.NewReplacer("$PLACEARGS", "", "$WRITEARGS", "", "$PLACELOADS", "", "$PLACELOAD", "", "$KPLACE", "",
@@ -432,16 +436,13 @@ func (a Attention) placed(text string) string {
 		writes, load, store = writeArgs, writtenLoad, placeStore
 	}
 	round, tkb, tkpb, tv := "", "%tkx", "%tkpx", "%tvx"
-	xtype := "bf16"
 	if a.RotaryFloat32 {
 		round, tkb, tkpb, tv = placeRounded, "%tkb16", "%tkpb16", "%tv"
-		xtype = "f32"
 	}
 	text = strings.NewReplacer("$PLACEARGS", args, "$WRITEARGS", writes, "$PLACELOADS", strings.Replace(placeLoads, "$WRITTENLOAD", load, 1), "$PLACELOAD", placeLoad,
 		"$KPLACE", keyPlace, "$VPLACE", valuePlace, "$KT", "%ktp", "$VV", "%vvp", "$PLACESTORE", store).Replace(text)
-	return strings.NewReplacer("$PROUND", round, "$TKB", tkb, "$TKPB", tkpb, "$TV", tv, "$XT", xtype,
-		"$XROW", strconv.Itoa(a.RotaryRow), "$HALF", strconv.Itoa(a.D/2), "$KCOL", strconv.Itoa(a.Heads*a.D),
-		"$VCOL", strconv.Itoa(a.ValueColumn)).Replace(text)
+	return strings.NewReplacer("$PROUND", round, "$TKB", tkb, "$TKPB", tkpb, "$TV", tv,
+		"$KCOL", strconv.Itoa(a.Heads*a.D), "$VCOL", strconv.Itoa(a.ValueColumn)).Replace(text)
 }
 
 // The text of Attention.Place and Write (see placed). placeLoads loads the program's
