@@ -524,30 +524,20 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 // of 4, and windows of 8 at batch 2; alone and with the options blockdiff picks on
 // CUDA. The tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonNormModelsMatch(t *testing.T) {
-	plain, _ := backends(t)
 	tokens := append(slices.Clone(testTokens), testTokens...)
-	for _, options := range []string{"notf32,triton=norm", "notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"} {
-		withNorm, err := hlo.WithOptions(plain.(*hlo.Backend), options)
-		require.NoError(t, err)
-		for _, dir := range fixtures.Subdirs(t, "models") {
-			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
-				worst := requireBF16WindowsMatch(t, withNorm, plain, dir,
-					[]string{"prefill of 12", "commit of 4", "batch 2, window 8", "batch 2, window 8 over the cache"},
-					func(m *model.Model, add func([][]float32, error)) {
-						s, err := m.NewSession(32, 4)
-						require.NoError(t, err)
-						defer s.Close()
-						last, err := s.Prefill(tokens[:12])
-						add([][]float32{last}, err)
-						add(s.Commit(tokens[12:16]))
-						batch2 := batch2Windows(t, m, 32)
-						add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
-						add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
-					})
-				t.Logf("max |norm - plain| / max |plain| over the logits: %.2g", worst)
-			})
-		}
-	}
+	requireOptionsMatchPlain(t, []string{"notf32,triton=norm", "notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"},
+		"norm", []string{"prefill of 12", "commit of 4", "batch 2, window 8", "batch 2, window 8 over the cache"},
+		func(t *testing.T, m *model.Model, add func([][]float32, error)) {
+			s, err := m.NewSession(32, 4)
+			require.NoError(t, err)
+			defer s.Close()
+			last, err := s.Prefill(tokens[:12])
+			add([][]float32{last}, err)
+			add(s.Commit(tokens[12:16]))
+			batch2 := batch2Windows(t, m, 32)
+			add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+			add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+		})
 }
 
 // The bf16 fixture models with triton=place give the plain backend's logits where our
@@ -558,32 +548,43 @@ func TestTritonNormModelsMatch(t *testing.T) {
 // it); alone and with the options blockdiff picks on CUDA. The tolerance is
 // TestTritonGEMVModelsMatch's.
 func TestTritonPlaceModelsMatch(t *testing.T) {
-	plain, _ := backends(t)
 	tokens := append(slices.Clone(testTokens), testTokens...)
-	for _, options := range []string{"notf32,triton=attention,triton=rope,triton=place",
-		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"} {
-		withPlace, err := hlo.WithOptions(plain.(*hlo.Backend), options)
+	requireOptionsMatchPlain(t, []string{"notf32,triton=attention,triton=rope,triton=place",
+		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"},
+		"place", []string{"commit of 1", "second commit of 1", "third commit of 1",
+			"batch 2, window 1", "batch 2, window 1, second row unwritten", "batch 2, window 1 after it"},
+		func(t *testing.T, m *model.Model, add func([][]float32, error)) {
+			s, err := m.NewSession(32, 1)
+			require.NoError(t, err)
+			defer s.Close()
+			_, err = s.Prefill(tokens[:4])
+			require.NoError(t, err)
+			for i := range 3 {
+				add(s.Commit(tokens[4+i : 5+i]))
+			}
+			batch2 := batch2Windows(t, m, 32)
+			add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
+			add(batch2(1, [2]int32{17, 13}, [2]int32{1, 0}))
+			add(batch2(1, [2]int32{18, 14}, [2]int32{1, 1}))
+		})
+}
+
+// requireOptionsMatchPlain runs requireBF16WindowsMatch on every fixture model, on the
+// plain backend with each of options against the plain backend, each in a subtest
+// that run receives, and logs each largest difference under what.
+func requireOptionsMatchPlain(t *testing.T, options []string, what string, names []string,
+	run func(t *testing.T, m *model.Model, add func([][]float32, error))) {
+	t.Helper()
+	plain, _ := backends(t)
+	for _, o := range options {
+		b, err := hlo.WithOptions(plain.(*hlo.Backend), o)
 		require.NoError(t, err)
 		for _, dir := range fixtures.Subdirs(t, "models") {
-			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
-				worst := requireBF16WindowsMatch(t, withPlace, plain, dir,
-					[]string{"commit of 1", "second commit of 1", "third commit of 1",
-						"batch 2, window 1", "batch 2, window 1, second row unwritten", "batch 2, window 1 after it"},
-					func(m *model.Model, add func([][]float32, error)) {
-						s, err := m.NewSession(32, 1)
-						require.NoError(t, err)
-						defer s.Close()
-						_, err = s.Prefill(tokens[:4])
-						require.NoError(t, err)
-						for i := range 3 {
-							add(s.Commit(tokens[4+i : 5+i]))
-						}
-						batch2 := batch2Windows(t, m, 32)
-						add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
-						add(batch2(1, [2]int32{17, 13}, [2]int32{1, 0}))
-						add(batch2(1, [2]int32{18, 14}, [2]int32{1, 1}))
-					})
-				t.Logf("max |place - plain| / max |plain| over the logits: %.2g", worst)
+			t.Run(o+"/"+filepath.Base(dir), func(t *testing.T) {
+				worst := requireBF16WindowsMatch(t, b, plain, dir, names, func(m *model.Model, add func([][]float32, error)) {
+					run(t, m, add)
+				})
+				t.Logf("max |%s - plain| / max |plain| over the logits: %.2g", what, worst)
 			})
 		}
 	}
