@@ -259,3 +259,16 @@ func FusedAttentionOverCache(b compute.Backend) bool {
 	f, ok := b.(interface{ FusedAttentionOverCache() bool })
 	return ok && f.FusedAttentionOverCache()
 }
+
+// PlacesWindows reports whether a window at batch 1 that writes nothing (the denoise
+// step's) should attend over a copy of the cache holding its keys and values in their
+// slots, placed by a dynamic update, rather than over the cache and its keys
+// concatenated: yes where b has a method PlacesWindows() bool that says so (our
+// StableHLO backend with options triton=attention, triton=rope and triton=place, whose
+// attention kernel takes the keys and values from where they were computed, so that the
+// copy is never made); no elsewhere, where the copy would be made (2-3 % slower on the
+// H200, BENCHMARKS.md, run BI).
+func PlacesWindows(b compute.Backend) bool {
+	p, ok := b.(interface{ PlacesWindows() bool })
+	return ok && p.PlacesWindows()
+}

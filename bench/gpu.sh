@@ -37,7 +37,7 @@
 # (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
 # option triton=fold and without it), ropeab (ours against ours without triton=rope),
 # normab (ours against ours without triton=norm), placeab (ours against ours without
-# triton=place), trace
+# triton=place), buffers (an execution's cost by its buffers), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -668,6 +668,16 @@ normab() {
   # Option triton=norm (our kernel for the RMSNorms of several rows; ours since run
   # DA): its GPU tests, then the steps and the prefills (~300 s).
   optionab norm TestTritonNormModelsMatch bdxla-gemv-attention-fold-pdl-rope steps_of prefills
+}
+
+buffers() {
+  # What an execution costs by its number of buffers (backend/hlo's
+  # BenchmarkExecutionBuffers: inputs and new outputs; BenchmarkExecutionInPlace:
+  # constant inputs and state updated in place, as the decoder's chunks; ~60 s).
+  section "an execution's cost by its buffers (us/execution)"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 240 .gpu/bin/hlo.test -test.run '^$' -test.count 3 \
+    -test.bench 'ExecutionBuffers|ExecutionInPlace' >"$OUT/buffers.log" 2>&1
+  echo "rc=$?"; grep -E '^Benchmark|^(ok|FAIL)' "$OUT/buffers.log" | awk '{ print $1, $(NF-1), $NF }'
 }
 
 placeab() {

@@ -190,8 +190,10 @@ func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
 
 // attentionMask builds the block-causal mask within the window and the length mask of
 // the cache. Cache slots are earlier blocks, so all valid ones are visible. fuses is
-// whether the backend fuses elementwise work (see [inOwnSlot]).
-func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
+// whether the backend fuses elementwise work (see [inOwnSlot]), placesWindows whether
+// windows at batch 1 that write nothing attend over the cache holding their keys in
+// their slots too (see [inSlots]).
+func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses, placesWindows bool) masks {
 	g := pos.Graph()
 	block := DivScalar(pos, float64(win.BlockSize)) // positions are non-negative: truncation is floor
 	if win.BlockSize == 1 {
@@ -209,7 +211,7 @@ func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses bool) masks {
 		case fuses && inOwnSlot(cache.K[0].Shape(), w):
 			m.ownSlot = LogicalOr(m.cache, Equal(slots, InsertAxes(win.Start, -1)))
 			m.ownSlot = Reshape(m.ownSlot, b, 1, 1, 1, s)
-		case fuses && win.WriteLen != nil && inSlots(b, w):
+		case fuses && (win.WriteLen != nil || placesWindows && b == 1) && inSlots(b, w):
 			// Slot i holds position i: the window's slots are seen block-causally.
 			slotBlock := DivScalar(slots, float64(win.BlockSize))
 			if win.BlockSize == 1 {
@@ -257,7 +259,13 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	switch {
 	case mask.inSlots != nil && b == 1:
 		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
-		newCache = &layerKV{k: keys, v: values}
+		newCache = cache // placed for the attention alone (backend.PlacesWindows)
+		if win.WriteLen != nil {
+			// The same update again, which XLA computes once, in place: built apart from
+			// the keys attended, so that a backend that places windows sees that this one
+			// writes (backend/hlo's placementsOf).
+			newCache = &layerKV{k: writeSlots(cache.k, k, win.Start), v: writeSlots(cache.v, v, win.Start)}
+		}
 	case mask.inSlots != nil:
 		// Every position added into its slot (zero, by the cache's invariant) for the
 		// attention, then the uncommitted ones subtracted again: k + (-k) is exactly 0.
@@ -368,7 +376,9 @@ func orders(g *Graph) bool {
 // commit; they lie past the committed length, where a window attends only to its own
 // slots, written before they are read (see [Cache]). A window that writes nothing
 // keeps the concatenation: in place it was 2-3 % slower (run BJ), as a copy too (run
-// BI).
+// BI); except where the backend's attention takes the keys and values from where they
+// were computed, so that the copy is never made (backend.PlacesWindows, placesWindows
+// set): there it attends over a copy of the cache with them in their slots.
 //
 // At larger batches (any window; rows have their own starts) a scatter adds them into
 // their slots, zero by the cache's invariant, and a second one subtracts the

@@ -333,3 +333,27 @@ func TestFusedAttentionOverCache(t *testing.T) {
 	requireCachedMatchesFull(t, m, seqs[0], 5, 32, 4)
 	requireCachedMatchesFull(t, m, seqs[0], 3, 32, 1)
 }
+
+// Windows at batch 1 that write nothing (a session's steps) attend over a copy of the
+// cache holding their keys in their slots where the backend places windows
+// (backend.PlacesWindows, our attention kernel on the GPU), rather than over cache and
+// window concatenated; forced here on the Go backend, with the plain attention and with
+// the fused op the GPU takes, they give the full forward's logits.
+func TestCachedPathPlacesWindows(t *testing.T) {
+	probe := randomModel(t, prefillConfig(), 3)
+	g := NewGraph(probe.backend, "places-windows")
+	start := Const(g, []int32{4})
+	win := Window{Tokens: Const(g, [][]int32{{1, 2, 3, 4}}), Start: start, CacheLen: start, BlockSize: 4}
+	cache := &CacheNodes{K: []*Node{Zeros(g, probe.CacheShape(1, 32))}}
+	pos := positions(start, 4)
+	require.Nil(t, attentionMask(win, pos, cache, true, false).inSlots, "a window that writes nothing concatenates")
+	require.NotNil(t, attentionMask(win, pos, cache, true, true).inSlots, "unless the backend places windows")
+
+	for _, overCache := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fused=%v", overCache), func(t *testing.T) {
+			m := randomModel(t, prefillConfig(), 3)
+			m.fusesAnywhere, m.placesWindowsAnywhere, m.fusedOverCacheAnywhere = true, true, overCache
+			requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 5, 32, 4)
+		})
+	}
+}

@@ -18,7 +18,9 @@ type Window struct {
 	// slots [Start, Start+w) at or past CacheLen (a one-token window over a small
 	// cache attends over a copy of it that holds its key in slot Start; on backends
 	// that fuse elementwise work, other windows that write put their keys in their
-	// slots, see WriteLen).
+	// slots, see WriteLen, and at batch 1 on backends that place windows
+	// (backend.PlacesWindows) those that write nothing attend over a copy that holds
+	// theirs).
 	Start *Node
 	// CacheLen [b] int32: cache slots below it hold earlier positions and are attended
 	// to. Nil when the cache is not read (a prefill into an empty cache).
@@ -58,7 +60,8 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend))
+	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend),
+		m.placesWindowsAnywhere || backend.PlacesWindows(m.backend))
 	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
 		from := byPartsMinWindow
 		if m.partsFromWindow != 0 {

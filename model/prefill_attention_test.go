@@ -178,7 +178,7 @@ func TestFusedBiasIsTheBlockCausalMask(t *testing.T) {
 	out, err := ExecOnce(testutil.Backend(t), func(scores *Node) *Node {
 		g := scores.Graph()
 		pos := positions(Const(g, []int32{0, 3}), w)
-		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false, false, nil, 4)
+		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false, false).window, false, false, nil, 4)
 		withBias := Softmax(Add(scores, f.additiveBias(heads, dtypes.Float32)), -1)
 		mask := BroadcastToShape(InsertAxes(f.mask, 1), scores.Shape())
 		withMask := Softmax(Where(mask, scores, Infinity(g, dtypes.Float32, -1)), -1)
@@ -206,7 +206,7 @@ func TestMergeLaterKeysIsBlockCausal(t *testing.T) {
 	out, err := ExecOnce(testutil.Backend(t), func(q, k, v *Node) *Node {
 		g := q.Graph()
 		pos := positions(Const(g, []int32{0, 3}), w)
-		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false).window, false, true, pos, 4)
+		f := newFusedMasks(attentionMask(Window{BlockSize: 4}, pos, nil, false, false).window, false, true, pos, 4)
 		scale := 1 / math.Sqrt(d)
 		// Plain attention [b, heads, w, d] under a visibility mask [b, w, w].
 		group := heads / kvHeads

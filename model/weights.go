@@ -42,6 +42,10 @@ type Model struct {
 	// fusedOverCacheAnywhere has windows over the cache in their slots ask for the fused
 	// attention (see [masks]) on any backend, so that the Go backend's tests cover it.
 	fusedOverCacheAnywhere bool
+	// placesWindowsAnywhere has windows at batch 1 that write nothing attend over a
+	// copy of the cache holding their keys in their slots (see [inSlots]) on any
+	// backend, so that the Go backend's tests cover that path.
+	placesWindowsAnywhere bool
 	// partsFromWindow, when not 0, replaces byPartsMinWindow (see [mergeLaterKeys]), so
 	// that tests of short windows cover that path where the backend offers it.
 	partsFromWindow int

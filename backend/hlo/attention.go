@@ -328,10 +328,10 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
 // Triton kernels (triton.Kernels.AttentionOutput), with option triton=rope on the
 // queries before their rotation where query, q's value, is model's rotation of them
-// (rope.go), and with option triton=place on the cache before a one-token window's key
-// and value are placed in it, where key and value are model's placement of them
-// (place.go): where they are also written into the cache, the placements' values
-// become the kernel's outputs, the cache with them written in place.
+// (rope.go), and with option triton=place on the cache before a window's keys and
+// values are placed in it, where key and value are model's placement of them
+// (place.go): where a one-token window's are also written into the cache, the
+// placements' values become the kernel's outputs, the cache with them written in place.
 func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner
@@ -345,7 +345,8 @@ func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stab
 	queries, k, v := vs[:1], vs[1], vs[2]
 	var placed []*stablehlo.Value
 	var keys, values placement
-	if rotated, withRotation, ok := f.rotatedQueries(query, a); ok {
+	_, _, window := f.placementsOf(key, value, a)
+	if rotated, withRotation, ok := f.rotatedQueries(query, a, window && a.T > 1); ok {
 		queries, a = rotated, withRotation
 		var withPlace triton.Attention
 		if keys, values, withPlace, ok = f.placedWindow(query, key, value, a); ok {

@@ -58,8 +58,9 @@ type Backend struct {
 	// tritonNorm runs the RMSNorm before a dense layer of several rows, with the
 	// residual add before it, as our Triton kernel (option "triton=norm", norm.go).
 	tritonNorm bool
-	// tritonPlace has our attention kernel place one-token windows' keys and values in
-	// their cache slot itself, and write them there (option "triton=place", place.go).
+	// tritonPlace has our attention kernel place windows' keys and values in their
+	// cache slots itself, and one-token windows' write them there (option
+	// "triton=place", place.go).
 	tritonPlace bool
 	finalized   bool
 }
@@ -116,7 +117,11 @@ var _ compute.Backend = (*Backend)(nil)
 //     write them into that slot of the cache itself, its outputs aliasing the cache's
 //     buffers, where model placed them with a select of XLA's that copied the cache
 //     (place.go): one kernel less per layer. On the H200 the AR step at batch 1 is 3 %
-//     faster with it (BENCHMARKS.md, runs DC-DE). Backend selection on CUDA uses
+//     faster with it (BENCHMARKS.md, runs DC-DE). Longer windows at batch 1 that write
+//     nothing (the 4-token denoise step's) take their keys and values from the rows too,
+//     the model placing them by a dynamic update rather than concatenating them with
+//     the cache ([Backend.PlacesWindows]): the denoise step 6-7 % faster (run DL).
+//     Backend selection on CUDA uses
 //     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place".
 //
 // Unknown options, and values of triton other than these, are errors.
@@ -265,6 +270,13 @@ func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone
 // do not take); not with cuDNN's, which was slower there than the plain path
 // (BENCHMARKS.md, run Y).
 func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
+
+// PlacesWindows reports whether a window at batch 1 that writes nothing should attend
+// over a copy of the cache holding its keys and values in their slots rather than over
+// the cache and its keys concatenated (see backend.PlacesWindows): with options
+// triton=attention, triton=rope and triton=place, whose attention kernel reads them from
+// the qkv product's rows, so that the copy is never made.
+func (b *Backend) PlacesWindows() bool { return b.tritonAttention && b.tritonRope && b.tritonPlace }
 
 // String returns "bdxla".
 func (b *Backend) String() string { return BackendName }

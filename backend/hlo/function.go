@@ -35,7 +35,8 @@ type Function struct {
 	outputs     []shapes.Shape // set by Return
 	returned    bool
 	// placements are the cache writes of one-token windows that our attention kernel
-	// may take over (option triton=place, place.go).
+	// may take over, and the windows placed in their slots by a dynamic update (option
+	// triton=place, place.go).
 	placements []placement
 }
 

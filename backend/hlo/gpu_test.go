@@ -545,14 +545,17 @@ func TestTritonNormModelsMatch(t *testing.T) {
 // into the cache: commits of one token in a session, each reading the slots the ones
 // before wrote, and windows of one token at batch 2, one of which leaves its second
 // row's slot unwritten, which the window after it reads (zero, as the plain path leaves
-// it); alone and with the options blockdiff picks on CUDA. The tolerance is
+// it); and steps of 4 tokens at batch 1, which write nothing and whose keys and values
+// the kernel places too, where the plain backend concatenates them with the cache; alone
+// and with the options blockdiff picks on CUDA. The tolerance is
 // TestTritonGEMVModelsMatch's.
 func TestTritonPlaceModelsMatch(t *testing.T) {
 	tokens := append(slices.Clone(testTokens), testTokens...)
 	requireOptionsMatchPlain(t, []string{"notf32,triton=attention,triton=rope,triton=place",
 		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"},
 		"place", []string{"commit of 1", "second commit of 1", "third commit of 1",
-			"batch 2, window 1", "batch 2, window 1, second row unwritten", "batch 2, window 1 after it"},
+			"batch 2, window 1", "batch 2, window 1, second row unwritten", "batch 2, window 1 after it",
+			"step of 4", "step of 4 after a commit"},
 		func(t *testing.T, m *model.Model, add func([][]float32, error)) {
 			s, err := m.NewSession(32, 1)
 			require.NoError(t, err)
@@ -566,6 +569,15 @@ func TestTritonPlaceModelsMatch(t *testing.T) {
 			add(batch2(1, [2]int32{16, 12}, [2]int32{1, 1}))
 			add(batch2(1, [2]int32{17, 13}, [2]int32{1, 0}))
 			add(batch2(1, [2]int32{18, 14}, [2]int32{1, 1}))
+			blocks, err := m.NewSession(32, 4)
+			require.NoError(t, err)
+			defer blocks.Close()
+			_, err = blocks.Prefill(tokens[:8])
+			require.NoError(t, err)
+			add(blocks.Step(tokens[8:12]))
+			_, err = blocks.Commit(tokens[8:12])
+			require.NoError(t, err)
+			add(blocks.Step(tokens[12:16]))
 		})
 }
 

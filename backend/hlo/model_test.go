@@ -225,8 +225,28 @@ func TestTritonRopeInModels(t *testing.T) {
 // With option triton=place (and triton=rope, whose rows it reads) our attention
 // kernel takes every layer's one-token window's key and value from the qkv product's
 // rows, and writes them into the cache (its outputs aliased to the cache operands),
-// at batch 1 and 2; windows of 4 and the options without it leave the placement to XLA.
+// at batch 1 and 2; windows of 4 that write (the cache's update reads their keys
+// anyway) and the options without it leave the placement to XLA. A window of 4 at batch 1 that writes nothing (a denoise step) has
+// its keys and values taken from the rows too, with the option only: without it the
+// model concatenates them with the cache.
 func TestTritonPlaceInModels(t *testing.T) {
+	const reading = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
+			b, err := hlo.NewBuildOnlyWith(options)
+			require.NoError(t, err)
+			text, layers := windowTextWrites(t, b, dir, 1, 4, false)
+			name := fmt.Sprintf("%s %s, a denoise step", filepath.Base(dir), options)
+			if strings.HasSuffix(options, "place") {
+				require.Equal(t, layers, tritonCallsWith(text, reading), name)
+				require.Equal(t, 2*layers, strings.Count(text, "stablehlo.dynamic_update_slice"), name+": model's placements, dead code for XLA")
+			} else {
+				require.Empty(t, tritonCalls(text), name)
+				require.Zero(t, strings.Count(text, "stablehlo.dynamic_update_slice"), name)
+			}
+		}
+	}
+
 	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
@@ -240,6 +260,7 @@ func TestTritonPlaceInModels(t *testing.T) {
 					want = layers
 				}
 				require.Equal(t, want, tritonCallsWith(text, placing), name)
+				require.Zero(t, tritonCallsWith(text, reading), name+": a window that writes keeps XLA's placement")
 				require.Equal(t, want, strings.Count(text, "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [3], operand_index = 3, operand_tuple_indices = []>, "+
 					"#stablehlo.output_operand_alias<output_tuple_indices = [4], operand_index = 4, operand_tuple_indices = []>]"), name)
 			}
@@ -252,6 +273,13 @@ func TestTritonPlaceInModels(t *testing.T) {
 // them all (a commit), and the model's number of layers.
 func windowText(t *testing.T, b *hlo.Backend, dir string, batch, width int) (text string, layers int) {
 	t.Helper()
+	return windowTextWrites(t, b, dir, batch, width, true)
+}
+
+// windowTextWrites is windowText of a window that writes its positions into the cache
+// or, writes false, nothing (a denoise step).
+func windowTextWrites(t *testing.T, b *hlo.Backend, dir string, batch, width int, writes bool) (text string, layers int) {
+	t.Helper()
 	m, err := model.Load(b, dir, model.LoadOptions{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
@@ -260,9 +288,11 @@ func windowText(t *testing.T, b *hlo.Backend, dir string, batch, width int) (tex
 	for range 2 * m.Config.NumLayers {
 		inputs = append(inputs, m.CacheShape(batch, 32))
 	}
-	text = programText(t, m, fmt.Sprintf("window/%d/%d", batch, width), inputs, func(w *model.Weights, in []*Node) []*Node {
-		win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
-			WriteLen: AddScalar(ZerosLike(in[1]), float64(width))}
+	text = programText(t, m, fmt.Sprintf("window/%d/%d/%v", batch, width, writes), inputs, func(w *model.Weights, in []*Node) []*Node {
+		win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
+		if writes {
+			win.WriteLen = AddScalar(ZerosLike(in[1]), float64(width))
+		}
 		out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
 		return append([]*Node{out}, cache.Nodes()...)
 	})

@@ -551,7 +551,12 @@ func (f *Function) DynamicUpdateSlice(x, update compute.Value, startIndices []co
 		return nil, opError(compute.OpTypeDynamicUpdateSlice, err)
 	}
 	v, err := stablehlo.DynamicUpdateSlice(vs[0], vs[1], vs[2:])
-	return f.result(compute.OpTypeDynamicUpdateSlice, v, err)
+	out, err := f.result(compute.OpTypeDynamicUpdateSlice, v, err)
+	if err == nil {
+		f.record(out, compute.OpTypeDynamicUpdateSlice, append([]compute.Value{x, update}, startIndices...)...)
+		f.notePlacement(out)
+	}
+	return out, err
 }
 
 // Pad implements compute.StandardOps.

@@ -15,7 +15,9 @@ import (
 // placement is model's placeToken(cache, x, start, n) (model/attention.go) as
 // placementOf recognises it in a select: the cache [b, kvHeads, s, d] with a one-token
 // window's key or value x [b, 1, kvHeads, d] in slot start[b] of every row, or with n
-// set of the rows where n[b] > 0. placed is the select's result.
+// set of the rows where n[b] > 0; or its writeSlots(cache, x, start) as slotsOf
+// recognises it in a dynamic update, a window's x [1, w, kvHeads, d] in slots start[0]
+// to start[0]+w-1. placed is the select's or the update's result.
 type placement struct {
 	placed, cache, x, start, n *value
 }
@@ -71,6 +73,29 @@ func placementOf(v *value) (placement, bool) {
 	return p, true
 }
 
+// slotsOf recognises model's writeSlots(cache, x, start) (model/attention.go) at batch
+// 1 as a placement: v = DynamicUpdateSlice(cache [1, kvHeads, s, d],
+// Transpose(x, 0, 2, 1, 3), 0, 0, Reshape(start [1]), 0), the cache with a window's keys
+// or values x [1, w, kvHeads, d] in slots start to start+w-1.
+func slotsOf(v *value) (placement, bool) {
+	if opOf(v) != compute.OpTypeDynamicUpdateSlice || v.shape.Rank() != 4 || v.shape.Dimensions[0] != 1 ||
+		len(v.origin.args) != 6 {
+		return placement{}, false
+	}
+	cache, window, at := v.origin.args[0], v.origin.args[1], v.origin.args[2:]
+	if opOf(window) != compute.OpTypeTranspose || !slices.Equal(window.origin.axes, []int{0, 2, 1, 3}) {
+		return placement{}, false
+	}
+	if !isIntZero(at[0]) || !isIntZero(at[1]) || !isIntZero(at[3]) || opOf(at[2]) != compute.OpTypeReshape {
+		return placement{}, false
+	}
+	start := at[2].origin.args[0]
+	if start.shape.DType != dtypes.Int32 || !slices.Equal(start.shape.Dimensions, []int{1}) {
+		return placement{}, false
+	}
+	return placement{placed: v, cache: cache, x: window.origin.args[0], start: start}, true
+}
+
 // unbroadcast follows v back through broadcasts that keep its rank.
 func unbroadcast(v *value) *value {
 	for opOf(v) == compute.OpTypeBroadcastInDim && v.origin.args[0].shape.Rank() == v.shape.Rank() {
@@ -101,8 +126,9 @@ func isIntZero(v *value) bool {
 }
 
 // notePlacement keeps v, with option triton=place, where it places a token in the rows
-// where n is positive: model's write of a one-token window into its cache, which our
-// attention kernel may take over (placedWindow).
+// where n is positive (model's write of a one-token window into its cache, which our
+// attention kernel may take over) or a window in its slots by a dynamic update (the
+// keys attended, or the cache's update: placementsOf tells them apart).
 func (f *Function) notePlacement(v compute.Value) {
 	x, ok := v.(*value)
 	if !ok || !f.builder.backend.tritonPlace {
@@ -111,28 +137,65 @@ func (f *Function) notePlacement(v compute.Value) {
 	if p, ok := placementOf(x); ok && p.n != nil {
 		f.placements = append(f.placements, p)
 	}
+	if p, ok := slotsOf(x); ok {
+		f.placements = append(f.placements, p)
+	}
+}
+
+// placementsOf returns, with option triton=place, the placements that key and value of
+// an attention of a's shape are: for one query per row model's one-token window placed
+// in its slot of the cache in every row (placementOf), for more at batch 1 its window
+// placed in its slots (slotsOf) where it writes nothing, both at the same start. model
+// builds a window's cache update apart from the keys it attends (the same update,
+// which XLA computes once): a second noted update of the same cache, rows and start
+// says that the window writes, and its keys and values stay XLA's, since the update
+// reads them from there anyway (the fused step's keys taken from the rows made it 3-6 %
+// slower on the H200, BENCHMARKS.md, run DK).
+func (f *Function) placementsOf(key, val compute.Value, a triton.Attention) (keys, values placement, ok bool) {
+	kv, ok1 := key.(*value)
+	vv, ok2 := val.(*value)
+	if !f.builder.backend.tritonPlace || !ok1 || !ok2 {
+		return placement{}, placement{}, false
+	}
+	recognise := placementOf
+	if a.T > 1 {
+		recognise = slotsOf
+	}
+	keys, ok1 = recognise(kv)
+	values, ok2 = recognise(vv)
+	if !ok1 || !ok2 || keys.n != nil || values.n != nil || keys.start != values.start {
+		return placement{}, placement{}, false
+	}
+	if a.T > 1 && (f.updates(keys) || f.updates(values)) {
+		return placement{}, placement{}, false
+	}
+	return keys, values, true
+}
+
+// updates reports whether a noted dynamic update other than p places p's rows in p's
+// cache at p's start: the cache's update of a window whose keys p places.
+func (f *Function) updates(p placement) bool {
+	return slices.ContainsFunc(f.placements, func(w placement) bool {
+		return w.placed != p.placed && w.cache == p.cache && w.x == p.x && w.start == p.start
+	})
 }
 
 // placedWindow returns, with option triton=place, the attention a (already reading the
 // rows with RotaryRow) with Place set, and its cache operands and start, where key and
-// value are model's one-token window placed in its slot of the cache in every row
-// (placementOf): the key rotated with the queries from the same rows, the value the
-// slice of those rows after the keys. The kernel then takes the key and value from
-// the rows and the cache as it is, and XLA drops the placement's select, which copied
-// the cache. Where the same key and value are also written into the cache (a
+// value are model's window placed in its slots of the cache (placementsOf): the keys
+// rotated with the queries from the same rows, the values the slice of those rows after
+// the keys. The kernel then takes keys and values from the rows and the cache as it is,
+// and XLA drops the placement (a select or a dynamic update), which copied the cache.
+// Where a one-token window's key and value are also written into the cache (a
 // placement with n, noted earlier), a has Write set, with n as the kernel's written
 // operand, and keys and values hold those placements for the kernel's outputs to
 // replace.
 func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attention) (keys, values placement, _ triton.Attention, ok bool) {
-	q, ok1 := query.(*value)
-	kv, ok2 := key.(*value)
-	vv, ok3 := val.(*value)
-	if !f.builder.backend.tritonPlace || !ok1 || !ok2 || !ok3 || a.RotaryRow == 0 || a.T != 1 {
+	q, ok := query.(*value)
+	if !ok || a.RotaryRow == 0 {
 		return placement{}, placement{}, a, false
 	}
-	keys, ok1 = placementOf(kv)
-	values, ok2 = placementOf(vv)
-	if !ok1 || !ok2 || keys.n != nil || values.n != nil || keys.start != values.start {
+	if keys, values, ok = f.placementsOf(key, val, a); !ok {
 		return placement{}, placement{}, a, false
 	}
 	// The queries' rotation: q = Transpose(Slice(qk, heads 0:Heads)), x = the slice of
@@ -156,7 +219,7 @@ func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attentio
 	a.Place, a.ValueColumn = true, column
 	kw, ok1 := f.writeOf(keys)
 	vw, ok2 := f.writeOf(values)
-	if ok1 && ok2 && kw.n == vw.n {
+	if a.T == 1 && ok1 && ok2 && kw.n == vw.n {
 		a.Write = true
 		keys, values = kw, vw
 	}

@@ -71,3 +71,48 @@ func TestTritonPlaceRecognises(t *testing.T) {
 	places, writes = placing((heads+kvHeads)*d, 7)
 	require.Equal(t, [2]int{1, 0}, [2]int{places, writes}, "written at another start")
 }
+
+// A window of 4 at batch 1 placed in its slots by a dynamic update (model's
+// writeSlots) has its keys and values taken from the qkv rows where it writes nothing;
+// a value from other columns, or a second update of the cache with the same keys (the
+// window's write, which reads them anyway), leaves the placement to XLA.
+func TestTritonPlaceRecognisesWindows(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=attention,triton=rope,triton=place")
+	require.NoError(t, err)
+	f32, bf16, i32 := dtypes.Float32, dtypes.BFloat16, dtypes.Int32
+	const heads, kvHeads, d, slots, w = 4, 2, 16, 64, 4
+	cache := shapes.Make(bf16, 1, kvHeads, slots, d)
+	inputs := []shapes.Shape{
+		shapes.Make(f32, 1, w, (heads+2*kvHeads)*d),                    // the fused product's rows
+		shapes.Make(f32, 1, w, 1, d/2), shapes.Make(f32, 1, w, 1, d/2), // cos, sin
+		cache, cache, shapes.Make(i32, 1), // k, v, start
+		shapes.Make(bf16, 1, 1, w, slots), // bias
+	}
+	// slotsOf is model's writeSlots: the window x [1, w, kvHeads, d] in slots start on.
+	slotsOf := func(cache, x, start *Node) *Node {
+		zero := ScalarZero(x.Graph(), i32)
+		return DynamicUpdateSlice(cache, TransposeAllAxes(x, 0, 2, 1, 3), []*Node{zero, zero, Reshape(start), zero})
+	}
+	placed := func(valueColumn int, writes bool) int {
+		text := buildOn(t, b, inputs, func(g *Graph, in []*Node) []*Node {
+			qkv := ConvertDType(in[0], bf16)
+			qk := rotateHalves(Reshape(SliceAxis(qkv, -1, AxisRange(0, (heads+kvHeads)*d)), 1, w, heads+kvHeads, d),
+				in[1], in[2], modelHalves)
+			v := Reshape(SliceAxis(qkv, -1, AxisRange(valueColumn, valueColumn+kvHeads*d)), 1, w, kvHeads, d)
+			k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
+			var outs []*Node
+			if writes {
+				outs = []*Node{slotsOf(in[3], k, in[5]), slotsOf(in[4], v, in[5])}
+			}
+			q := TransposeAllAxes(SliceAxis(qk, 2, AxisRange(0, heads)), 0, 2, 1, 3)
+			bias := InternalBackendOutputs(in[6])[0]
+			out, _ := BackendFusedScaledDotProductAttention(q, slotsOf(in[3], k, in[5]), slotsOf(in[4], v, in[5]),
+				compute.AttentionAxesLayoutBHSD, &compute.ScaledDotProductAttentionConfig{Scale: 0.25, Bias: bias})
+			return append([]*Node{out}, outs...)
+		})
+		return tritonCallsWith(text, "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc")
+	}
+	require.Equal(t, 1, placed((heads+kvHeads)*d, false), "model's placement")
+	require.Zero(t, placed((heads+kvHeads)*d-d, false), "a value from other columns")
+	require.Zero(t, placed((heads+kvHeads)*d, true), "a window that writes")
+}

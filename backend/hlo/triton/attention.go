@@ -29,18 +29,22 @@ type Attention struct {
 	// graph's rounding of a float32 product before its rotation); otherwise x is
 	// bfloat16.
 	RotaryFloat32 bool
-	// Place, with RotaryRow set and T 1, has the kernel take each batch row's own key
-	// and value from x's row too, as model places a one-token window's in its cache
-	// slot: key/value head kv's key is columns (Heads+kv)·D to (Heads+kv+1)·D of the
-	// row, rotated as the queries are, its value the D columns from ValueColumn+kv·D,
-	// rounded to bfloat16 where x is float32. They stand in for slot start[b] of k and
-	// v, whatever those hold, so that no kernel need copy the cache with them placed.
+	// Place, with RotaryRow set, has the kernel take each batch row's own keys and
+	// values from x's rows too, as model places a window's in its cache slots: at
+	// position t, key/value head kv's key is columns (Heads+kv)·D to (Heads+kv+1)·D of
+	// the row, rotated as the queries are, its value the D columns from
+	// ValueColumn+kv·D, rounded to bfloat16 where x is float32. They stand in for slots
+	// start[b] to start[b]+T-1 of k and v, whatever those hold, so that no kernel need
+	// copy the cache with them placed. With T 1 the key and value are loaded once,
+	// before the loop; with more, each step of keys loads those of its slots that hold
+	// the window's.
 	Place bool
 	// ValueColumn is the column of x's row where the values start (Place).
 	ValueColumn int
-	// Write, with Place, has the kernel also store the key and value in slot start[b]
-	// of k and v themselves, where written[b] is positive: its outputs k and v are the
-	// operands' buffers (aliased), so that the cache's update needs no kernel either.
+	// Write, with Place and T 1, has the kernel also store the key and value in slot
+	// start[b] of k and v themselves, where written[b] is positive: its outputs k and v
+	// are the operands' buffers (aliased), so that the cache's update needs no kernel
+	// either.
 	Write bool
 }
 
@@ -123,13 +127,13 @@ func CheckAttention(a Attention) error {
 	if a.RotaryRow != 0 && (a.RotaryRow < a.Heads*a.D || a.D%2 != 0) {
 		errs = append(errs, fmt.Errorf("rotated queries: rows of %d columns of x for %d query heads of dimension %d", a.RotaryRow, a.Heads, a.D))
 	}
-	if a.Place && (a.RotaryRow == 0 || a.T != 1 || a.RotaryRow < (a.Heads+a.KVHeads)*a.D ||
+	if a.Place && (a.RotaryRow == 0 || a.RotaryRow < (a.Heads+a.KVHeads)*a.D ||
 		a.ValueColumn < 0 || a.ValueColumn+a.KVHeads*a.D > a.RotaryRow) {
-		errs = append(errs, fmt.Errorf("placed keys and values: one query per row, rotated from rows of %d columns holding %d query and %d key heads of %d and values from column %d",
+		errs = append(errs, fmt.Errorf("placed keys and values: rotated from rows of %d columns holding %d query and %d key heads of %d and values from column %d",
 			a.RotaryRow, a.Heads, a.KVHeads, a.D, a.ValueColumn))
 	}
-	if a.Write && !a.Place {
-		errs = append(errs, errors.New("only placed keys and values are written"))
+	if a.Write && (!a.Place || a.T != 1) {
+		errs = append(errs, errors.New("only the placed key and value of one query per row are written"))
 	}
 	if a.BiasHeads != a.Heads && a.BiasHeads != 1 {
 		errs = append(errs, fmt.Errorf("the bias has %d heads: %d or 1", a.BiasHeads, a.Heads))
@@ -421,14 +425,25 @@ $XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
 
 // placed fills text's placeholders of Attention.Place and Write: with Place, the
 // arguments start (and written), the loads of the program's own key and value
-// (placeLoad) and their use in place of slot start[b]'s; with Write, the outputs k and v
-// and the store of the two there (placeStore); otherwise nothing. The rows' type, width
-// and half the head dimension ($XT, $XROW, $HALF) are left for AttentionTTIR to fill as
-// it fills rotaryLoad's.
+// (placeLoad) and their use in place of slot start[b]'s, or with T > 1 the steps' loads
+// of the window's keys and values in place of their slots' (windowPlace); with Write,
+// the outputs k and v and the store of the two there (placeStore); otherwise nothing.
+// The rows' type, width and half the head dimension ($XT, $XROW, $HALF) are left for
+// AttentionTTIR to fill as it fills rotaryLoad's.
 func (a Attention) placed(text string) string {
 	if !a.Place {
 		return strings.NewReplacer("$PLACEARGS", "", "$WRITEARGS", "", "$PLACELOADS", "", "$PLACELOAD", "", "$KPLACE", "",
 			"$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "").Replace(text)
+	}
+	if a.T > 1 {
+		round, wk, wkp, wv := "", "%pw_kx", "%pw_kpx", "%pw_vx"
+		if a.RotaryFloat32 {
+			round, wk, wkp, wv = windowRounded, "%pw_kb", "%pw_kpb", "%pw_vb"
+		}
+		text = strings.NewReplacer("$PLACEARGS", placeArgs, "$WRITEARGS", "", "$PLACELOADS", startLoad, "$PLACELOAD", windowLoad,
+			"$KPLACE", windowPlace, "$VPLACE", "", "$KT", "%ktp", "$VV", "%vvp", "$PLACESTORE", "").Replace(text)
+		return strings.NewReplacer("$WROUND", round, "$WKB", wk, "$WKPB", wkp, "$WV", wv,
+			"$KCOL", strconv.Itoa(a.Heads*a.D), "$VCOL", strconv.Itoa(a.ValueColumn)).Replace(text)
 	}
 	args, writes, load, store := placeArgs, "", "", ""
 	if a.Write {
@@ -499,9 +514,7 @@ const (
     %tsb = tt.splat %sin : !tt.ptr<f32> -> tensor<$Dx!tt.ptr<f32>>
     %tsp = tt.addptr %tsb, %tco : tensor<$Dx!tt.ptr<f32>>, tensor<$Dxi32>
     %tsv = tt.load %tsp : tensor<$Dx!tt.ptr<f32>>
-    %stp = tt.addptr %start, %bi : !tt.ptr<i32>, i32
-    %st = tt.load %stp : !tt.ptr<i32>
-$WRITTENLOAD`
+` + startLoad + `$WRITTENLOAD`
 	writtenLoad = `    %wrp = tt.addptr %written, %bi : !tt.ptr<i32>, i32
     %wrn = tt.load %wrp : !tt.ptr<i32>
 `
@@ -517,6 +530,94 @@ $WRITTENLOAD`
     %tv2 = tt.expand_dims $TV {axis = 0 : i32} : tensor<$Dxbf16> -> tensor<1x$Dxbf16>
     %tvb = tt.broadcast %tv2 : tensor<1x$Dxbf16> -> tensor<$BNx$Dxbf16>
     %sts = tt.splat %st : i32 -> tensor<$BNxi32>
+`
+	// startLoad, windowLoad and windowPlace are Place's text where T > 1: startLoad
+	// loads start[b] before the queries; windowLoad sets up, before the loop, what the
+	// steps' loads of the window share (reusing rotaryLoad's partner columns %rdp, cosine
+	// columns %rdc and signs %sgn); windowPlace, in each step, loads the keys (and their
+	// partner columns, cos and sin) and values of the window's positions for the step's
+	// slots that hold them, masked off elsewhere, rotates the keys as rotaryLoad does the
+	// queries and puts both in place of the cache's.
+	startLoad = `    %stp = tt.addptr %start, %bi : !tt.ptr<i32>, i32
+    %st = tt.load %stp : !tt.ptr<i32>
+`
+	windowLoad = `    %pw_st = tt.splat %st : i32 -> tensor<$BNxi32>
+    %pw_zero = arith.constant dense<0> : tensor<$BNxi32>
+    %pw_T = arith.constant dense<$T> : tensor<$BNxi32>
+    %pw_cT = arith.constant $T : i32
+    %pw_bT0 = arith.muli %bi, %pw_cT : i32
+    %pw_bT = tt.splat %pw_bT0 : i32 -> tensor<$BNxi32>
+    %pw_XR = arith.constant dense<$XROW> : tensor<$BNxi32>
+    %pw_HALF = arith.constant dense<$HALF> : tensor<$BNxi32>
+    %pw_cD = arith.constant $D : i32
+    %pw_kvD = arith.muli %kv, %pw_cD : i32
+    %pw_cKC = arith.constant $KCOL : i32
+    %pw_kc0 = arith.addi %pw_cKC, %pw_kvD : i32
+    %pw_kcs = tt.splat %pw_kc0 : i32 -> tensor<$BNxi32>
+    %pw_cVC = arith.constant $VCOL : i32
+    %pw_vc0 = arith.addi %pw_cVC, %pw_kvD : i32
+    %pw_vcs = tt.splat %pw_vc0 : i32 -> tensor<$BNxi32>
+    %pw_rdp1 = tt.expand_dims %rdp {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdpb = tt.broadcast %pw_rdp1 : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
+    %pw_rdc1 = tt.expand_dims %rdc {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdcb = tt.broadcast %pw_rdc1 : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
+    %pw_sgn1 = tt.expand_dims %sgn {axis = 1 : i32} : tensor<$Dxf32> -> tensor<$Dx1xf32>
+    %pw_sgnb = tt.broadcast %pw_sgn1 : tensor<$Dx1xf32> -> tensor<$Dx$BNxf32>
+    %pw_xk = tt.splat %x : !tt.ptr<$XT> -> tensor<$Dx$BNx!tt.ptr<$XT>>
+    %pw_xv = tt.splat %x : !tt.ptr<$XT> -> tensor<$BNx$Dx!tt.ptr<$XT>>
+    %pw_cb = tt.splat %cos : !tt.ptr<f32> -> tensor<$Dx$BNx!tt.ptr<f32>>
+    %pw_sb = tt.splat %sin : !tt.ptr<f32> -> tensor<$Dx$BNx!tt.ptr<f32>>
+    %pw_xzk = arith.constant dense<0.000000e+00> : tensor<$Dx$BNx$XT>
+    %pw_xzv = arith.constant dense<0.000000e+00> : tensor<$BNx$Dx$XT>
+    %pw_fz = arith.constant dense<0.000000e+00> : tensor<$Dx$BNxf32>
+`
+	windowPlace = `      %pw_rel = arith.subi %j, %pw_st : tensor<$BNxi32>
+      %pw_lo = arith.cmpi sge, %pw_rel, %pw_zero : tensor<$BNxi32>
+      %pw_hi = arith.cmpi slt, %pw_rel, %pw_T : tensor<$BNxi32>
+      %pw_in = arith.andi %pw_lo, %pw_hi : tensor<$BNxi1>
+      %pw_relc = arith.select %pw_in, %pw_rel, %pw_zero : tensor<$BNxi1>, tensor<$BNxi32>
+      %pw_pos = arith.addi %pw_bT, %pw_relc : tensor<$BNxi32>
+      %pw_xr = arith.muli %pw_pos, %pw_XR : tensor<$BNxi32>
+      %pw_kr = arith.addi %pw_xr, %pw_kcs : tensor<$BNxi32>
+      %pw_kr0 = tt.expand_dims %pw_kr {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+      %pw_krb = tt.broadcast %pw_kr0 : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
+      %pw_ko = arith.addi %pw_krb, %rdkb : tensor<$Dx$BNxi32>
+      %pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<$Dx$BNxi32>
+      %pw_inK0 = tt.expand_dims %pw_in {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
+      %pw_inK = tt.broadcast %pw_inK0 : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
+      %pw_kp = tt.addptr %pw_xk, %pw_ko : tensor<$Dx$BNx!tt.ptr<$XT>>, tensor<$Dx$BNxi32>
+      %pw_kx = tt.load %pw_kp, %pw_inK, %pw_xzk : tensor<$Dx$BNx!tt.ptr<$XT>>
+      %pw_kpp = tt.addptr %pw_xk, %pw_kpo : tensor<$Dx$BNx!tt.ptr<$XT>>, tensor<$Dx$BNxi32>
+      %pw_kpx = tt.load %pw_kpp, %pw_inK, %pw_xzk : tensor<$Dx$BNx!tt.ptr<$XT>>
+      %pw_cr = arith.muli %pw_pos, %pw_HALF : tensor<$BNxi32>
+      %pw_cr0 = tt.expand_dims %pw_cr {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+      %pw_crb = tt.broadcast %pw_cr0 : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
+      %pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<$Dx$BNxi32>
+      %pw_cp = tt.addptr %pw_cb, %pw_co : tensor<$Dx$BNx!tt.ptr<f32>>, tensor<$Dx$BNxi32>
+      %pw_cv = tt.load %pw_cp, %pw_inK, %pw_fz : tensor<$Dx$BNx!tt.ptr<f32>>
+      %pw_sp = tt.addptr %pw_sb, %pw_co : tensor<$Dx$BNx!tt.ptr<f32>>, tensor<$Dx$BNxi32>
+      %pw_sv = tt.load %pw_sp, %pw_inK, %pw_fz : tensor<$Dx$BNx!tt.ptr<f32>>
+      %pw_vr = arith.addi %pw_xr, %pw_vcs : tensor<$BNxi32>
+      %pw_vr1 = tt.expand_dims %pw_vr {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
+      %pw_vrb = tt.broadcast %pw_vr1 : tensor<$BNx1xi32> -> tensor<$BNx$Dxi32>
+      %pw_vo = arith.addi %pw_vrb, %rdvb : tensor<$BNx$Dxi32>
+      %pw_inV0 = tt.expand_dims %pw_in {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
+      %pw_inV = tt.broadcast %pw_inV0 : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
+      %pw_vp = tt.addptr %pw_xv, %pw_vo : tensor<$BNx$Dx!tt.ptr<$XT>>, tensor<$BNx$Dxi32>
+      %pw_vx = tt.load %pw_vp, %pw_inV, %pw_xzv : tensor<$BNx$Dx!tt.ptr<$XT>>
+$WROUND      %pw_kf = arith.extf $WKB : tensor<$Dx$BNxbf16> to tensor<$Dx$BNxf32>
+      %pw_kpf = arith.extf $WKPB : tensor<$Dx$BNxbf16> to tensor<$Dx$BNxf32>
+      %pw_kc = arith.mulf %pw_kf, %pw_cv : tensor<$Dx$BNxf32>
+      %pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<$Dx$BNxf32>
+      %pw_ks = arith.mulf %pw_ks0, %pw_sv : tensor<$Dx$BNxf32>
+      %pw_krot = arith.addf %pw_kc, %pw_ks : tensor<$Dx$BNxf32>
+      %pw_k = arith.truncf %pw_krot : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
+      %ktp = arith.select %pw_inK, %pw_k, %kt : tensor<$Dx$BNxi1>, tensor<$Dx$BNxbf16>
+      %vvp = arith.select %pw_inV, $WV, %vv : tensor<$BNx$Dxi1>, tensor<$BNx$Dxbf16>
+`
+	windowRounded = `      %pw_kb = arith.truncf %pw_kx : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
+      %pw_kpb = arith.truncf %pw_kpx : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
+      %pw_vb = arith.truncf %pw_vx : tensor<$BNx$Dxf32> to tensor<$BNx$Dxbf16>
 `
 	placeRounded = `    %tkb16 = arith.truncf %tkx : tensor<$Dxf32> to tensor<$Dxbf16>
     %tkpb16 = arith.truncf %tkpx : tensor<$Dxf32> to tensor<$Dxbf16>

@@ -232,11 +232,60 @@ func TestPlacedAttentionTTIR(t *testing.T) {
 	}
 	for _, bad := range []func(a Attention) Attention{
 		func(a Attention) Attention { a.RotaryRow = 0; return a },
-		func(a Attention) Attention { a.T = 2; return a },
+		func(a Attention) Attention { a.T = 2; return a }, // written
 		func(a Attention) Attention { a.ValueColumn = 19 * 128; return a },
 		func(a Attention) Attention { a.Place = false; return a },
 	} {
 		require.Error(t, CheckAttention(bad(a)))
+	}
+}
+
+// With Place and a window of several positions, each step of keys loads the window's
+// keys (with their partner columns, cos and sin of their position) and values from x's
+// rows, masked to its slots from start[b] to start[b]+T-1, rotates the keys as the
+// queries are and uses both in place of the cache's; nothing is loaded before the loop
+// but start[b], and nothing written.
+func TestPlacedWindowAttentionTTIR(t *testing.T) {
+	for _, c := range []struct {
+		t             int
+		rotaryFloat32 bool
+	}{{4, false}, {4, true}, {8, true}} {
+		a := decodeAttention(c.t, 516)
+		a.RotaryRow, a.ValueColumn, a.Place, a.RotaryFloat32 = 20*128, 18*128, true, c.rotaryFloat32
+		text, err := AttentionTTIR(a)
+		require.NoError(t, err)
+		requireWellFormed(t, text)
+		for _, line := range []string{
+			"%lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %start: !tt.ptr<i32>",
+			fmt.Sprintf("%%pw_T = arith.constant dense<%d> : tensor<32xi32>", c.t),
+			"%pw_cKC = arith.constant 2048 : i32",
+			"%pw_cVC = arith.constant 2304 : i32",
+			"%pw_XR = arith.constant dense<2560> : tensor<32xi32>",
+			"%pw_in = arith.andi %pw_lo, %pw_hi : tensor<32xi1>",
+			"%pw_pos = arith.addi %pw_bT, %pw_relc : tensor<32xi32>",
+			"%pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<128x32xi32>",
+			"%pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<128x32xi32>",
+			"%pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<128x32xf32>",
+			"%ktp = arith.select %pw_inK, %pw_k, %kt",
+			"tt.dot %qv, %ktp, %szero",
+			"tt.dot %pb, %vvp, %accs",
+		} {
+			require.Contains(t, text, line)
+		}
+		loop := strings.Index(text, "scf.for")
+		require.Less(t, strings.Index(text, "%st = tt.load"), strings.Index(text, "%xf = arith.extf"))
+		require.Greater(t, strings.Index(text, "%pw_kx = tt.load %pw_kp, %pw_inK"), loop)
+		require.Greater(t, strings.Index(text, "%pw_vx = tt.load %pw_vp, %pw_inV"), loop)
+		require.Less(t, strings.Index(text, "%pw_vx = tt.load"), strings.Index(text, "%s = tt.dot"), "the window's loads come with the cache's")
+		if c.rotaryFloat32 {
+			require.Contains(t, text, "%pw_kf = arith.extf %pw_kb : tensor<128x32xbf16>")
+			require.Contains(t, text, "%vvp = arith.select %pw_inV, %pw_vb, %vv")
+		} else {
+			require.Contains(t, text, "%pw_kf = arith.extf %pw_kx : tensor<128x32xbf16>")
+			require.Contains(t, text, "%vvp = arith.select %pw_inV, %pw_vx, %vv")
+		}
+		require.NotContains(t, text, "%tkx")
+		require.Equal(t, 3, strings.Count(text, "tt.store"))
 	}
 }
 
