@@ -275,7 +275,10 @@ func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
 // over a copy of the cache holding its keys and values in their slots rather than over
 // the cache and its keys concatenated (see backend.PlacesWindows): with options
 // triton=attention, triton=rope and triton=place, whose attention kernel reads them from
-// the qkv product's rows, so that the copy is never made.
+// the qkv product's rows, so that the copy is never made. Windows the kernel does not
+// take (more than 64 query rows per key/value head: 8 positions of MiniCPM5-2B's
+// groups of 8) are attended by XLA's ops over the copy, which costs a copy of the
+// layer's cache.
 func (b *Backend) PlacesWindows() bool { return b.tritonAttention && b.tritonRope && b.tritonPlace }
 
 // String returns "bdxla".
