@@ -202,11 +202,13 @@ func TestTritonAttentionLowering(t *testing.T) {
 	require.Contains(t, calls[0], "tt.func public @attention(")
 	require.Contains(t, calls[0], "grid_x = 34 : i32")
 	// the partials of 17 splits of 32 rows, combined by our second kernel, a program per
-	// real row of each group, straight into the output
+	// real row of each group, straight into the output, [B, T, Heads, D] as model reads
+	// it, transposed for the op's [B, Heads, T, D] (XLA cancels that with model's)
 	requireOp(t, text, "custom_call", "1x2x17x32x128xf32>, tensor<1x2x17x32xf32>, tensor<1x2x17x32xf32")
 	require.Contains(t, calls[1], "tt.func public @combine(")
 	require.Contains(t, calls[1], "grid_x = 64 : i32")
-	requireOp(t, text, "custom_call", "1x16x4x128xbf16")
+	requireOp(t, text, "custom_call", "1x4x16x128xbf16")
+	requireOp(t, text, "transpose", "1x16x4x128xbf16")
 	requireOp(t, text, "reduce", "1xi32") // the keys the kernel reads: one past the last visible
 	require.NotContains(t, text, "__cudnn$")
 

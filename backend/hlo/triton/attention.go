@@ -660,6 +660,32 @@ const roundedLoad = `    %xb = arith.truncf %xv : tensor<$RxDxf32> to tensor<$Rx
     %xpb = arith.truncf %xpv : tensor<$RxDxf32> to tensor<$RxDxbf16>
 `
 
+// OutputBSHD reports whether AttentionCombineTTIR's kernel writes out as [B, T, Heads,
+// D], the layout in which model reads it (each position's heads side by side), rather
+// than [B, Heads, T, D]: at batch 1, where model transposes the attention's output
+// straight back, so that XLA cancels the two transposes and a window of several queries
+// needs no transpose kernel after ours (one a layer in the 4- and 8-token steps). At
+// larger batches model may order the output with the cache's update by an optimization
+// barrier, which the transposes would not cross.
+func (a Attention) OutputBSHD() bool { return a.B == 1 }
+
+// outRowBHSD and outRowBSHD compute the combine kernel's output row %orow from its
+// batch row %ob0, head %oh and query %ot in out [B, Heads, T, D] and [B, T, Heads, D].
+const (
+	outRowBHSD = `    %cHo = arith.constant $H : i32
+    %obH = arith.muli %ob0, %cHo : i32
+    %obh = arith.addi %obH, %oh : i32
+    %obhT = arith.muli %obh, %cTo : i32
+    %orow = arith.addi %obhT, %ot : i32
+`
+	outRowBSHD = `    %obT = arith.muli %ob0, %cTo : i32
+    %obt = arith.addi %obT, %ot : i32
+    %cHo = arith.constant $H : i32
+    %obtH = arith.muli %obt, %cHo : i32
+    %orow = arith.addi %obtH, %oh : i32
+`
+)
+
 // combineSplits is the splits AttentionCombineTTIR's programs load at once: a's
 // splits rounded up to a power of two of at least 16, the padding masked.
 func (a Attention) combineSplits() int {
@@ -682,8 +708,8 @@ func (a Attention) CombinePrograms() int { return a.B * a.Heads * a.T }
 // then the weighted sum of acc), each of them longer than this one's whole work.
 //
 // Its arguments are AttentionTTIR's outputs acc, m and l, then its output out
-// [B, Heads, T, D] bfloat16, whose rows the group's query rows are (row r of key/value
-// head kv: head kv·g + r/T, query r%T).
+// [B, Heads, T, D] bfloat16, or [B, T, Heads, D] where a.OutputBSHD (row r of
+// key/value head kv: head kv·g + r/T, query r%T).
 func AttentionCombineTTIR(a Attention) (string, error) {
 	if err := CheckAttention(a); err != nil {
 		return "", err
@@ -753,9 +779,16 @@ func AttentionCombineTTIR(a Attention) (string, error) {
     %dens = tt.splat %den : f32 -> tensor<$Dxf32>
     %o = arith.divf %num, %dens : tensor<$Dxf32>
     %ob = arith.truncf %o : tensor<$Dxf32> to tensor<$Dxbf16>
-    %orow0 = arith.muli %bkv, %cGT : i32
-    %orow = arith.addi %orow0, %r : i32
-    %cD = arith.constant $D : i32
+    %cTo = arith.constant $T : i32
+    %oq = arith.divsi %r, %cTo : i32
+    %ot = arith.remsi %r, %cTo : i32
+    %cKVHo = arith.constant $KVH : i32
+    %ob0 = arith.divsi %bkv, %cKVHo : i32
+    %okv = arith.remsi %bkv, %cKVHo : i32
+    %cGo = arith.constant $G : i32
+    %oh0 = arith.muli %okv, %cGo : i32
+    %oh = arith.addi %oh0, %oq : i32
+$OROW    %cD = arith.constant $D : i32
     %ooff = arith.muli %orow, %cD : i32
     %ooffs = tt.splat %ooff : i32 -> tensor<$Dxi32>
     %oo = arith.addi %ooffs, %d : tensor<$Dxi32>
@@ -765,9 +798,16 @@ func AttentionCombineTTIR(a Attention) (string, error) {
 ` + launchMark + `    tt.return
   }
 }`
-	// strings.Replacer tries its pairs in order at each position: $SPLITS before $SP.
+	orow := outRowBHSD
+	if a.OutputBSHD() {
+		orow = outRowBSHD
+	}
+	text = strings.Replace(text, "$OROW", orow, 1)
+	// strings.Replacer tries its pairs in order at each position: $SPLITS before $SP,
+	// $GT before $G.
 	return strings.NewReplacer(
 		"$SPLITS", strconv.Itoa(a.Splits()), "$SP", strconv.Itoa(a.combineSplits()), "$GT", strconv.Itoa(a.group()*a.T),
-		"$R", strconv.Itoa(a.Rows()), "$D", strconv.Itoa(a.D),
+		"$G", strconv.Itoa(a.group()), "$R", strconv.Itoa(a.Rows()), "$D", strconv.Itoa(a.D), "$T", strconv.Itoa(a.T),
+		"$KVH", strconv.Itoa(a.KVHeads), "$H", strconv.Itoa(a.Heads),
 	).Replace(text), nil
 }

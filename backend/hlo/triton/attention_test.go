@@ -115,7 +115,8 @@ func TestAttentionTTIR(t *testing.T) {
 }
 
 // The combine kernel's text: a program per real query row, every split's m, l and acc
-// row loaded at once (the splits padded to a power of two and masked), one store.
+// row loaded at once (the splits padded to a power of two and masked), one store, at
+// the row of out of the program's head and position.
 func TestAttentionCombineTTIR(t *testing.T) {
 	for _, c := range []struct {
 		a                          Attention
@@ -135,6 +136,24 @@ func TestAttentionCombineTTIR(t *testing.T) {
 		require.Contains(t, text, fmt.Sprintf("%%cGT = arith.constant %d : i32", a.Heads/a.KVHeads*a.T))
 		require.Contains(t, text, fmt.Sprintf("tt.load %%ap, %%sokb, %%azero : tensor<%dx128x!tt.ptr<f32>>", c.loaded))
 		require.Equal(t, 1, strings.Count(text, "tt.store"))
+		// Out is [B, T, Heads, D] at batch 1, row (b·T + r%T)·Heads + kv·g + r/T, and
+		// [B, Heads, T, D] at larger batches, row (b·Heads + kv·g + r/T)·T + r%T.
+		for _, line := range []string{
+			fmt.Sprintf("%%cTo = arith.constant %d : i32", a.T),
+			fmt.Sprintf("%%cGo = arith.constant %d : i32", a.Heads/a.KVHeads),
+			fmt.Sprintf("%%cHo = arith.constant %d : i32", a.Heads),
+			"%oh = arith.addi %oh0, %oq : i32",
+		} {
+			require.Contains(t, text, line)
+		}
+		require.Equal(t, a.B == 1, a.OutputBSHD())
+		if a.OutputBSHD() {
+			require.Contains(t, text, "%obt = arith.addi %obT, %ot : i32")
+			require.Contains(t, text, "%orow = arith.addi %obtH, %oh : i32")
+		} else {
+			require.Contains(t, text, "%obh = arith.addi %obH, %oh : i32")
+			require.Contains(t, text, "%orow = arith.addi %obhT, %ot : i32")
+		}
 	}
 	_, err := AttentionCombineTTIR(decodeAttention(9, 64))
 	require.ErrorContains(t, err, "72 rows, over 64")

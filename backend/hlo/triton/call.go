@@ -157,7 +157,8 @@ func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stable
 // AttentionOutput appends our attention of a to fn, the function of k, for the
 // queries, k, v and bias as a describes them and lens [B] int32 (keys read per batch
 // row), and returns its output [B, Heads, T, D] bfloat16: AttentionTTIR's kernel, whose
-// per-split partial results AttentionCombineTTIR's kernel combines. The queries are q,
+// per-split partial results AttentionCombineTTIR's kernel combines (into [B, T, Heads,
+// D] where a.OutputBSHD, transposed here). The queries are q,
 // or where a.RotaryRow is set the rows x [B, T, RotaryRow] (float32 with
 // a.RotaryFloat32, otherwise bfloat16) and cos and sin [B, T, D/2] float32 that the
 // kernel rotates them with. With a.Place, placed is start [B] int32, followed with
@@ -213,12 +214,21 @@ func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.V
 	if ir, err = AttentionCombineTTIR(a); err != nil {
 		return nil, nil, nil, err
 	}
-	combined, err := kn.Call("combine", ir, a.CombinePrograms(), Warps, 1, partials[:3],
-		shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D))
+	shape := shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)
+	if a.OutputBSHD() {
+		shape = shapes.Make(dtypes.BFloat16, a.B, a.T, a.Heads, a.D)
+	}
+	combined, err := kn.Call("combine", ir, a.CombinePrograms(), Warps, 1, partials[:3], shape)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return combined[0], newK, newV, nil
+	out = combined[0]
+	if a.OutputBSHD() {
+		// [B, Heads, T, D] as the fused attention returns it; model transposes it back,
+		// and XLA cancels the two transposes.
+		out, err = stablehlo.Transpose(out, 0, 2, 1, 3)
+	}
+	return out, newK, newV, err
 }
 
 // placedOperands is how many [B] int32 operands a's kernel takes after lens: start
