@@ -682,8 +682,9 @@ buffers() {
 
 placeab() {
   # Option triton=place (our attention kernel places one-token windows' keys and values
-  # and writes them into the cache; ours since run DE): package diffusion's decoding
-  # tests on ours, its GPU tests, then the steps (~300 s).
+  # and writes them into the cache, ours since run DE; and since run DL the denoise
+  # step's window of 4, which writes nothing): package diffusion's decoding tests on
+  # ours, its GPU tests, then the steps (~300 s).
   section "triton=place: diffusion's decoding tests"
   GOMLX_BACKEND="$(backend_config ours),notf32" timeout 200 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestStreamAndCancel' >"$OUT/place-diffusion.log" 2>&1
