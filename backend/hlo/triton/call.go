@@ -33,13 +33,6 @@ type Kernels struct {
 	PDL bool
 }
 
-// The marks every kernel's text has where, under PDL, it waits for the kernels before
-// it and where it lets the next one launch: MLIR comments otherwise.
-const (
-	waitMark   = "    // pdl: wait for the kernels before this one\n"
-	launchMark = "    // pdl: let the next kernel launch\n"
-)
-
 // launchMarks replaces ir's marks with the instructions PDL needs, or leaves them as
 // comments without it. A kernel without its wait mark cannot run under PDL: it could
 // read its inputs before the kernel writing them is done.
