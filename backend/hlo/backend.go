@@ -38,11 +38,17 @@ func init() {
 // Backend runs programs built as StableHLO on the first device of a PJRT plugin. It
 // implements [compute.Backend].
 type Backend struct {
-	plugin     *pjrt.Plugin // nil for a build-only backend
-	client     *pjrt.Client // nil for a build-only backend
-	device     *pjrt.Device // the device every buffer and execution uses
-	noTF32     bool         // float32 dot products at full precision (option "notf32")
-	tritonGEMV gemvPolicy   // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
+	plugin *pjrt.Plugin // nil for a build-only backend
+	client *pjrt.Client // nil for a build-only backend
+	device *pjrt.Device // the device every buffer and execution uses
+	programOptions
+	finalized bool
+}
+
+// programOptions are the options that change how a backend builds programs.
+type programOptions struct {
+	noTF32     bool       // float32 dot products at full precision (option "notf32")
+	tritonGEMV gemvPolicy // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
 	// tritonAttention runs the fused attentions of short windows over more keys as our
 	// Triton kernels (option "triton=attention", attention.go).
 	tritonAttention bool
@@ -62,7 +68,6 @@ type Backend struct {
 	// cache slots itself, and one-token windows' write them there (option
 	// "triton=place", place.go).
 	tritonPlace bool
-	finalized   bool
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -174,22 +179,12 @@ func NewBuildOnlyWith(options string) (*Backend, error) {
 
 // options are the options of a configuration.
 type options struct {
-	client          pjrt.NamedValuesMap // the client's (preallocate), nil if none
-	noTF32          bool                // "notf32"
-	tritonGEMV      gemvPolicy          // "triton=gemv" or "triton=gemv-all"
-	tritonAttention bool                // "triton=attention"
-	tritonFold      bool                // "triton=fold"
-	tritonPDL       bool                // "triton=pdl"
-	tritonRope      bool                // "triton=rope"
-	tritonNorm      bool                // "triton=norm"
-	tritonPlace     bool                // "triton=place"
+	client pjrt.NamedValuesMap // the client's (preallocate), nil if none
+	programOptions
 }
 
 // apply sets the options that change how b builds programs.
-func (o options) apply(b *Backend) {
-	b.noTF32, b.tritonGEMV, b.tritonAttention, b.tritonFold, b.tritonPDL, b.tritonRope, b.tritonNorm, b.tritonPlace =
-		o.noTF32, o.tritonGEMV, o.tritonAttention, o.tritonFold, o.tritonPDL, o.tritonRope, o.tritonNorm, o.tritonPlace
-}
+func (o options) apply(b *Backend) { b.programOptions = o.programOptions }
 
 // tritonOptions lists the values of option triton, for parseOptions' errors.
 const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place"

@@ -12,7 +12,7 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions("preallocate=false,notf32")
 	require.NoError(t, err)
-	require.Equal(t, options{client: pjrt.NamedValuesMap{"preallocate": false}, noTF32: true}, o)
+	require.Equal(t, options{client: pjrt.NamedValuesMap{"preallocate": false}, programOptions: programOptions{noTF32: true}}, o)
 
 	o, err = parseOptions("")
 	require.NoError(t, err)
@@ -20,14 +20,14 @@ func TestParseOptions(t *testing.T) {
 
 	o, err = parseOptions("triton=gemv")
 	require.NoError(t, err)
-	require.Equal(t, options{tritonGEMV: gemvWhereFaster}, o)
+	require.Equal(t, options{programOptions: programOptions{tritonGEMV: gemvWhereFaster}}, o)
 	o, err = parseOptions("triton=gemv-all")
 	require.NoError(t, err)
-	require.Equal(t, options{tritonGEMV: gemvAll}, o)
+	require.Equal(t, options{programOptions: programOptions{tritonGEMV: gemvAll}}, o)
 	o, err = parseOptions("triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
 	require.NoError(t, err)
-	require.Equal(t, options{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true, tritonNorm: true,
-		tritonPlace: true}, o)
+	require.Equal(t, options{programOptions: programOptions{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true,
+		tritonNorm: true, tritonPlace: true}}, o)
 
 	_, err = parseOptions("preallocate=maybe")
 	require.Error(t, err)
