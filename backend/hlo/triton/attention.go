@@ -36,8 +36,10 @@ type Attention struct {
 	// ValueColumn+kv·D, rounded to bfloat16 where x is float32. They stand in for slots
 	// start[b] to start[b]+T-1 of k and v, whatever those hold, so that no kernel need
 	// copy the cache with them placed. With T 1 the key and value are loaded once,
-	// before the loop; with more, each step of keys loads those of its slots that hold
-	// the window's.
+	// before the loop, and put in place of slot start[b]'s; with more, the program
+	// whose split holds slot start[b] takes the window's keys and values as a step of
+	// keys of its own before its loop, and every program's steps leave the window's
+	// slots unread.
 	Place bool
 	// ValueColumn is the column of x's row where the values start (Place).
 	ValueColumn int
@@ -88,6 +90,17 @@ func (a Attention) Rows() int {
 }
 
 func (a Attention) group() int { return a.Heads / a.KVHeads }
+
+// windowKeys is the width of the step of keys in which a program takes a placed window
+// of T > 1 queries (Attention.Place): T rounded up to a power of two of at least 16,
+// tt.dot's smallest side; the keys past T are hidden.
+func (a Attention) windowKeys() int {
+	w := 16
+	for w < a.T {
+		w *= 2
+	}
+	return w
+}
 
 // Splits is how many programs share the keys of one batch row and key/value head, each
 // reading KeysPerSplit of them: as many as there are steps of AttentionKeys keys, up
@@ -207,7 +220,8 @@ func AttentionTTIR(a Attention) (string, error) {
     %rd0 = tt.expand_dims %rd {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %qo = arith.addi %qoffb, %rdb : tensor<$RxDxi32>
-$PLACELOADS$QLOAD    %cS = arith.constant $S : i32
+    %Sr = arith.constant dense<$S> : tensor<$Rxi32>
+$BIASROW$PLACELOADS$QLOAD    %cS = arith.constant $S : i32
     %kvrow = arith.muli %bkv, %cS : i32
     %kvrows = tt.splat %kvrow : i32 -> tensor<$BNxi32>
     %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
@@ -216,8 +230,7 @@ $PLACELOADS$QLOAD    %cS = arith.constant $S : i32
     %rdk = tt.expand_dims %rd {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
     %rdkb = tt.broadcast %rdk : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
     %rdvb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$BNx$Dxi32>
-    %Sr = arith.constant dense<$S> : tensor<$Rxi32>
-$BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %browb = tt.broadcast %brow2 : tensor<$Rx1xi32> -> tensor<$RxBNxi32>
     %kbase = tt.splat %k : !tt.ptr<bf16> -> tensor<$Dx$BNx!tt.ptr<bf16>>
     %vbase = tt.splat %v : !tt.ptr<bf16> -> tensor<$BNx$Dx!tt.ptr<bf16>>
@@ -232,14 +245,14 @@ $BIASROW    %brow2 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> t
     %jstart = arith.muli %sp, %cL : i32
     %jsplit = arith.addi %jstart, %cL : i32
     %jend = arith.minsi %jsplit, %len : i32
-$PLACELOAD    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
+    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
     %l0 = arith.constant dense<0.000000e+00> : tensor<$Rxf32>
     %a0 = arith.constant dense<0.000000e+00> : tensor<$RxDxf32>
-    %res:3 = scf.for %j0 = %jstart to %jend step %cBN iter_args(%m = %m0, %l = %l0, %acc = %a0) -> (tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>) : i32 {
+$PLACELOAD    %res:3 = scf.for %j0 = %jstart to %jend step %cBN iter_args(%m = $M0, %l = $L0, %acc = $A0) -> (tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>) : i32 {
       %j0s = tt.splat %j0 : i32 -> tensor<$BNxi32>
       %j = arith.addi %j0s, %rn : tensor<$BNxi32>
       %jok = arith.cmpi slt, %j, %Sn : tensor<$BNxi32>
-      %krow = arith.addi %kvrows, %j : tensor<$BNxi32>
+$LOOPMASK      %krow = arith.addi %kvrows, %j : tensor<$BNxi32>
       %koff = arith.muli %krow, %Dn : tensor<$BNxi32>
       %koffT = tt.expand_dims %koff {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
       %koffTb = tt.broadcast %koffT : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
@@ -247,14 +260,14 @@ $PLACELOAD    %m0 = arith.constant dense<-1.000000e+30> : tensor<$Rxf32>
       %kp = tt.addptr %kbase, %kto : tensor<$Dx$BNx!tt.ptr<bf16>>, tensor<$Dx$BNxi32>
       %jokT = tt.expand_dims %jok {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
       %jokTb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
-      %kt = tt.load %kp, %jokTb, %kzero : tensor<$Dx$BNx!tt.ptr<bf16>>
+      %kt = tt.load %kp, $KMASK, %kzero : tensor<$Dx$BNx!tt.ptr<bf16>>
       %voffc = tt.expand_dims %koff {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
       %voffb = tt.broadcast %voffc : tensor<$BNx1xi32> -> tensor<$BNx$Dxi32>
       %vo = arith.addi %voffb, %rdvb : tensor<$BNx$Dxi32>
       %vp = tt.addptr %vbase, %vo : tensor<$BNx$Dx!tt.ptr<bf16>>, tensor<$BNx$Dxi32>
       %jokV = tt.expand_dims %jok {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
       %jokVb = tt.broadcast %jokV : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
-      %vv = tt.load %vp, %jokVb, %vzero : tensor<$BNx$Dx!tt.ptr<bf16>>
+      %vv = tt.load %vp, $VMASK, %vzero : tensor<$BNx$Dx!tt.ptr<bf16>>
 $KPLACE      %s = tt.dot %qv, $KT, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf16> -> tensor<$RxBNxf32>
       %ss = arith.mulf %s, %scale : tensor<$RxBNxf32>
       %j2 = tt.expand_dims %j {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
@@ -262,7 +275,7 @@ $KPLACE      %s = tt.dot %qv, $KT, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf
       %bo = arith.addi %browb, %j2b : tensor<$RxBNxi32>
       %bp = tt.addptr %bbase, %bo : tensor<$RxBNx!tt.ptr<bf16>>, tensor<$RxBNxi32>
       %jokBb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$RxBNxi1>
-      %bv = tt.load %bp, %jokBb, %hidden : tensor<$RxBNx!tt.ptr<bf16>>
+      %bv = tt.load %bp, $BMASK, %hidden : tensor<$RxBNx!tt.ptr<bf16>>
       %bf = arith.extf %bv : tensor<$RxBNxbf16> to tensor<$RxBNxf32>
       %sc = arith.addf %ss, %bf : tensor<$RxBNxf32>
       %mt = "tt.reduce"(%sc) <{axis = 1 : i32}> ({
@@ -342,7 +355,8 @@ $PLACESTORE    tt.return
 	r := strconv.Itoa(a.Rows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
 	return strings.NewReplacer(
-		"$RxBN", r+"x"+strconv.Itoa(AttentionKeys), "$RxD", r+"x"+strconv.Itoa(a.D), "$Rx", r+"x", "$R ", r+" ",
+		"$RxBN", r+"x"+strconv.Itoa(AttentionKeys), "$RxWN", r+"x"+strconv.Itoa(a.windowKeys()), "$RxD", r+"x"+strconv.Itoa(a.D),
+		"$Rx", r+"x", "$R ", r+" ", "$WN", strconv.Itoa(a.windowKeys()),
 		"$BN", strconv.Itoa(AttentionKeys), "$D", strconv.Itoa(a.D), "$SPLITS", strconv.Itoa(a.Splits()),
 		"$KVH", strconv.Itoa(a.KVHeads), "$LASTROW", strconv.Itoa(a.group()*a.T-1), "$T", strconv.Itoa(a.T),
 		"$G", strconv.Itoa(a.group()), "$H", strconv.Itoa(a.Heads), "$SCALE", strconv.FormatFloat(a.Scale, 'e', 9, 64),
@@ -425,12 +439,19 @@ $XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
 
 // placed fills text's placeholders of Attention.Place and Write: with Place, the
 // arguments start (and written), the loads of the program's own key and value
-// (placeLoad) and their use in place of slot start[b]'s, or with T > 1 the steps' loads
-// of the window's keys and values in place of their slots' (windowPlace); with Write,
+// (placeLoad) and their use in place of slot start[b]'s, or with T > 1 the window's
+// step of keys before the loop and its slots masked off in the loop's (windowLoads,
+// windowStep, windowMask); with Write,
 // the outputs k and v and the store of the two there (placeStore); otherwise nothing.
 // The rows' type, width and half the head dimension ($XT, $XROW, $HALF) are left for
 // AttentionTTIR to fill as it fills rotaryLoad's.
 func (a Attention) placed(text string) string {
+	// The loop starts from no keys seen and masks the bias by S alone, except where a
+	// window of several queries is placed (windowStep, windowMask).
+	if !a.Place || a.T == 1 {
+		text = strings.NewReplacer("$M0", "%m0", "$L0", "%l0", "$A0", "%a0", "$LOOPMASK", "",
+			"$KMASK", "%jokTb", "$VMASK", "%jokVb", "$BMASK", "%jokBb").Replace(text)
+	}
 	if !a.Place {
 		return strings.NewReplacer("$PLACEARGS", "", "$WRITEARGS", "", "$PLACELOADS", "", "$PLACELOAD", "", "$KPLACE", "",
 			"$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "").Replace(text)
@@ -440,8 +461,10 @@ func (a Attention) placed(text string) string {
 		if a.RotaryFloat32 {
 			round, wk, wkp, wv = windowRounded, "%pw_kb", "%pw_kpb", "%pw_vb"
 		}
-		text = strings.NewReplacer("$PLACEARGS", placeArgs, "$WRITEARGS", "", "$PLACELOADS", startLoad, "$PLACELOAD", windowLoad,
-			"$KPLACE", windowPlace, "$VPLACE", "", "$KT", "%ktp", "$VV", "%vvp", "$PLACESTORE", "").Replace(text)
+		text = strings.NewReplacer("$PLACEARGS", placeArgs, "$WRITEARGS", "", "$PLACELOADS", startLoad+windowLoads,
+			"$PLACELOAD", windowStep, "$KPLACE", "", "$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "",
+			"$M0", "%pw_init#0", "$L0", "%pw_init#1", "$A0", "%pw_init#2", "$LOOPMASK", windowMask,
+			"$KMASK", "%pw_keepK", "$VMASK", "%pw_keepV", "$BMASK", "%pw_keepB").Replace(text)
 		return strings.NewReplacer("$WROUND", round, "$WKB", wk, "$WKPB", wkp, "$WV", wv,
 			"$KCOL", strconv.Itoa(a.Heads*a.D), "$VCOL", strconv.Itoa(a.ValueColumn)).Replace(text)
 	}
@@ -531,93 +554,160 @@ const (
     %tvb = tt.broadcast %tv2 : tensor<1x$Dxbf16> -> tensor<$BNx$Dxbf16>
     %sts = tt.splat %st : i32 -> tensor<$BNxi32>
 `
-	// startLoad, windowLoad and windowPlace are Place's text where T > 1: startLoad
-	// loads start[b] before the queries; windowLoad sets up, before the loop, what the
-	// steps' loads of the window share (reusing rotaryLoad's partner columns %rdp, cosine
-	// columns %rdc and signs %sgn); windowPlace, in each step, loads the keys (and their
-	// partner columns, cos and sin) and values of the window's positions for the step's
-	// slots that hold them, masked off elsewhere, rotates the keys as rotaryLoad does the
-	// queries and puts both in place of the cache's.
+	// startLoad loads start[b] before the queries. Where T > 1, the program whose split
+	// holds slot start[b] takes the window as a step of keys of its own, before its
+	// loop: windowLoads loads, with the queries, the window's keys (and their partner
+	// columns, cos and sin), values and bias, masked off in every other program;
+	// windowStep rotates the keys as rotaryLoad does the queries (reusing its %sgn) and
+	// starts the program's running maximum, sum and output from their scores;
+	// windowMask hides the window's slots from every program's steps of the cache,
+	// which do not hold its keys, and leaves them unread.
 	startLoad = `    %stp = tt.addptr %start, %bi : !tt.ptr<i32>, i32
     %st = tt.load %stp : !tt.ptr<i32>
 `
-	windowLoad = `    %pw_st = tt.splat %st : i32 -> tensor<$BNxi32>
-    %pw_zero = arith.constant dense<0> : tensor<$BNxi32>
-    %pw_T = arith.constant dense<$T> : tensor<$BNxi32>
+	windowLoads = `    %pw_i = tt.make_range {end = $WN : i32, start = 0 : i32} : tensor<$WNxi32>
+    %pw_T = arith.constant dense<$T> : tensor<$WNxi32>
+    %pw_real = arith.cmpi slt, %pw_i, %pw_T : tensor<$WNxi32>
+    %pw_cL = arith.constant $L : i32
+    %pw_j0 = arith.muli %sp, %pw_cL : i32
+    %pw_j1 = arith.addi %pw_j0, %pw_cL : i32
+    %pw_ge = arith.cmpi sge, %st, %pw_j0 : i32
+    %pw_lt = arith.cmpi slt, %st, %pw_j1 : i32
+    %pw_own = arith.andi %pw_ge, %pw_lt : i1
+    %pw_owns = tt.splat %pw_own : i1 -> tensor<$WNxi1>
+    %pw_in = arith.andi %pw_real, %pw_owns : tensor<$WNxi1>
+    %pw_zero = arith.constant dense<0> : tensor<$WNxi32>
+    %pw_ic = arith.select %pw_real, %pw_i, %pw_zero : tensor<$WNxi1>, tensor<$WNxi32>
     %pw_cT = arith.constant $T : i32
     %pw_bT0 = arith.muli %bi, %pw_cT : i32
-    %pw_bT = tt.splat %pw_bT0 : i32 -> tensor<$BNxi32>
-    %pw_XR = arith.constant dense<$XROW> : tensor<$BNxi32>
-    %pw_HALF = arith.constant dense<$HALF> : tensor<$BNxi32>
+    %pw_bT = tt.splat %pw_bT0 : i32 -> tensor<$WNxi32>
+    %pw_pos = arith.addi %pw_bT, %pw_ic : tensor<$WNxi32>
+    %pw_XR = arith.constant dense<$XROW> : tensor<$WNxi32>
+    %pw_xr = arith.muli %pw_pos, %pw_XR : tensor<$WNxi32>
     %pw_cD = arith.constant $D : i32
     %pw_kvD = arith.muli %kv, %pw_cD : i32
     %pw_cKC = arith.constant $KCOL : i32
     %pw_kc0 = arith.addi %pw_cKC, %pw_kvD : i32
-    %pw_kcs = tt.splat %pw_kc0 : i32 -> tensor<$BNxi32>
+    %pw_kcs = tt.splat %pw_kc0 : i32 -> tensor<$WNxi32>
+    %pw_kr = arith.addi %pw_xr, %pw_kcs : tensor<$WNxi32>
+    %pw_kr0 = tt.expand_dims %pw_kr {axis = 0 : i32} : tensor<$WNxi32> -> tensor<1x$WNxi32>
+    %pw_krb = tt.broadcast %pw_kr0 : tensor<1x$WNxi32> -> tensor<$Dx$WNxi32>
+    %pw_rd1 = tt.expand_dims %rd {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdb = tt.broadcast %pw_rd1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
+    %pw_half = arith.constant dense<$HALF> : tensor<$Dxi32>
+    %pw_Dd = arith.constant dense<$D> : tensor<$Dxi32>
+    %pw_rdh = arith.addi %rd, %pw_half : tensor<$Dxi32>
+    %pw_rdp = arith.remsi %pw_rdh, %pw_Dd : tensor<$Dxi32>
+    %pw_rdp1 = tt.expand_dims %pw_rdp {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdpb = tt.broadcast %pw_rdp1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
+    %pw_ko = arith.addi %pw_krb, %pw_rdb : tensor<$Dx$WNxi32>
+    %pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<$Dx$WNxi32>
+    %pw_inK0 = tt.expand_dims %pw_in {axis = 0 : i32} : tensor<$WNxi1> -> tensor<1x$WNxi1>
+    %pw_inK = tt.broadcast %pw_inK0 : tensor<1x$WNxi1> -> tensor<$Dx$WNxi1>
+    %pw_xk = tt.splat %x : !tt.ptr<$XT> -> tensor<$Dx$WNx!tt.ptr<$XT>>
+    %pw_xzk = arith.constant dense<0.000000e+00> : tensor<$Dx$WNx$XT>
+    %pw_kp = tt.addptr %pw_xk, %pw_ko : tensor<$Dx$WNx!tt.ptr<$XT>>, tensor<$Dx$WNxi32>
+    %pw_kx = tt.load %pw_kp, %pw_inK, %pw_xzk : tensor<$Dx$WNx!tt.ptr<$XT>>
+    %pw_kpp = tt.addptr %pw_xk, %pw_kpo : tensor<$Dx$WNx!tt.ptr<$XT>>, tensor<$Dx$WNxi32>
+    %pw_kpx = tt.load %pw_kpp, %pw_inK, %pw_xzk : tensor<$Dx$WNx!tt.ptr<$XT>>
+    %pw_HALF = arith.constant dense<$HALF> : tensor<$WNxi32>
+    %pw_cr = arith.muli %pw_pos, %pw_HALF : tensor<$WNxi32>
+    %pw_cr0 = tt.expand_dims %pw_cr {axis = 0 : i32} : tensor<$WNxi32> -> tensor<1x$WNxi32>
+    %pw_crb = tt.broadcast %pw_cr0 : tensor<1x$WNxi32> -> tensor<$Dx$WNxi32>
+    %pw_rdc = arith.remsi %rd, %pw_half : tensor<$Dxi32>
+    %pw_rdc1 = tt.expand_dims %pw_rdc {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdcb = tt.broadcast %pw_rdc1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
+    %pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<$Dx$WNxi32>
+    %pw_fz = arith.constant dense<0.000000e+00> : tensor<$Dx$WNxf32>
+    %pw_cb = tt.splat %cos : !tt.ptr<f32> -> tensor<$Dx$WNx!tt.ptr<f32>>
+    %pw_cp = tt.addptr %pw_cb, %pw_co : tensor<$Dx$WNx!tt.ptr<f32>>, tensor<$Dx$WNxi32>
+    %pw_cv = tt.load %pw_cp, %pw_inK, %pw_fz : tensor<$Dx$WNx!tt.ptr<f32>>
+    %pw_sb = tt.splat %sin : !tt.ptr<f32> -> tensor<$Dx$WNx!tt.ptr<f32>>
+    %pw_sp = tt.addptr %pw_sb, %pw_co : tensor<$Dx$WNx!tt.ptr<f32>>, tensor<$Dx$WNxi32>
+    %pw_sv = tt.load %pw_sp, %pw_inK, %pw_fz : tensor<$Dx$WNx!tt.ptr<f32>>
     %pw_cVC = arith.constant $VCOL : i32
     %pw_vc0 = arith.addi %pw_cVC, %pw_kvD : i32
-    %pw_vcs = tt.splat %pw_vc0 : i32 -> tensor<$BNxi32>
-    %pw_rdp1 = tt.expand_dims %rdp {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
-    %pw_rdpb = tt.broadcast %pw_rdp1 : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
-    %pw_rdc1 = tt.expand_dims %rdc {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
-    %pw_rdcb = tt.broadcast %pw_rdc1 : tensor<$Dx1xi32> -> tensor<$Dx$BNxi32>
-    %pw_sgn1 = tt.expand_dims %sgn {axis = 1 : i32} : tensor<$Dxf32> -> tensor<$Dx1xf32>
-    %pw_sgnb = tt.broadcast %pw_sgn1 : tensor<$Dx1xf32> -> tensor<$Dx$BNxf32>
-    %pw_xk = tt.splat %x : !tt.ptr<$XT> -> tensor<$Dx$BNx!tt.ptr<$XT>>
-    %pw_xv = tt.splat %x : !tt.ptr<$XT> -> tensor<$BNx$Dx!tt.ptr<$XT>>
-    %pw_cb = tt.splat %cos : !tt.ptr<f32> -> tensor<$Dx$BNx!tt.ptr<f32>>
-    %pw_sb = tt.splat %sin : !tt.ptr<f32> -> tensor<$Dx$BNx!tt.ptr<f32>>
-    %pw_xzk = arith.constant dense<0.000000e+00> : tensor<$Dx$BNx$XT>
-    %pw_xzv = arith.constant dense<0.000000e+00> : tensor<$BNx$Dx$XT>
-    %pw_fz = arith.constant dense<0.000000e+00> : tensor<$Dx$BNxf32>
+    %pw_vcs = tt.splat %pw_vc0 : i32 -> tensor<$WNxi32>
+    %pw_vr = arith.addi %pw_xr, %pw_vcs : tensor<$WNxi32>
+    %pw_vr1 = tt.expand_dims %pw_vr {axis = 1 : i32} : tensor<$WNxi32> -> tensor<$WNx1xi32>
+    %pw_vrb = tt.broadcast %pw_vr1 : tensor<$WNx1xi32> -> tensor<$WNx$Dxi32>
+    %pw_rdv = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$WNx$Dxi32>
+    %pw_vo = arith.addi %pw_vrb, %pw_rdv : tensor<$WNx$Dxi32>
+    %pw_inV0 = tt.expand_dims %pw_in {axis = 1 : i32} : tensor<$WNxi1> -> tensor<$WNx1xi1>
+    %pw_inV = tt.broadcast %pw_inV0 : tensor<$WNx1xi1> -> tensor<$WNx$Dxi1>
+    %pw_xv = tt.splat %x : !tt.ptr<$XT> -> tensor<$WNx$Dx!tt.ptr<$XT>>
+    %pw_xzv = arith.constant dense<0.000000e+00> : tensor<$WNx$Dx$XT>
+    %pw_vp = tt.addptr %pw_xv, %pw_vo : tensor<$WNx$Dx!tt.ptr<$XT>>, tensor<$WNx$Dxi32>
+    %pw_vx = tt.load %pw_vp, %pw_inV, %pw_xzv : tensor<$WNx$Dx!tt.ptr<$XT>>
+    %pw_sts = tt.splat %st : i32 -> tensor<$WNxi32>
+    %pw_slot = arith.addi %pw_sts, %pw_ic : tensor<$WNxi32>
+    %pw_brow1 = tt.expand_dims %brow {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
+    %pw_browb = tt.broadcast %pw_brow1 : tensor<$Rx1xi32> -> tensor<$RxWNxi32>
+    %pw_slot0 = tt.expand_dims %pw_slot {axis = 0 : i32} : tensor<$WNxi32> -> tensor<1x$WNxi32>
+    %pw_slotb = tt.broadcast %pw_slot0 : tensor<1x$WNxi32> -> tensor<$RxWNxi32>
+    %pw_bo = arith.addi %pw_browb, %pw_slotb : tensor<$RxWNxi32>
+    %pw_bb = tt.splat %bias : !tt.ptr<bf16> -> tensor<$RxWNx!tt.ptr<bf16>>
+    %pw_bp = tt.addptr %pw_bb, %pw_bo : tensor<$RxWNx!tt.ptr<bf16>>, tensor<$RxWNxi32>
+    %pw_inB = tt.broadcast %pw_inK0 : tensor<1x$WNxi1> -> tensor<$RxWNxi1>
+    %pw_hidden = arith.constant dense<-1.000000e+30> : tensor<$RxWNxbf16>
+    %pw_bv = tt.load %pw_bp, %pw_inB, %pw_hidden : tensor<$RxWNx!tt.ptr<bf16>>
 `
-	windowPlace = `      %pw_rel = arith.subi %j, %pw_st : tensor<$BNxi32>
-      %pw_lo = arith.cmpi sge, %pw_rel, %pw_zero : tensor<$BNxi32>
-      %pw_hi = arith.cmpi slt, %pw_rel, %pw_T : tensor<$BNxi32>
-      %pw_in = arith.andi %pw_lo, %pw_hi : tensor<$BNxi1>
-      %pw_relc = arith.select %pw_in, %pw_rel, %pw_zero : tensor<$BNxi1>, tensor<$BNxi32>
-      %pw_pos = arith.addi %pw_bT, %pw_relc : tensor<$BNxi32>
-      %pw_xr = arith.muli %pw_pos, %pw_XR : tensor<$BNxi32>
-      %pw_kr = arith.addi %pw_xr, %pw_kcs : tensor<$BNxi32>
-      %pw_kr0 = tt.expand_dims %pw_kr {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
-      %pw_krb = tt.broadcast %pw_kr0 : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
-      %pw_ko = arith.addi %pw_krb, %rdkb : tensor<$Dx$BNxi32>
-      %pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<$Dx$BNxi32>
-      %pw_inK0 = tt.expand_dims %pw_in {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
-      %pw_inK = tt.broadcast %pw_inK0 : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
-      %pw_kp = tt.addptr %pw_xk, %pw_ko : tensor<$Dx$BNx!tt.ptr<$XT>>, tensor<$Dx$BNxi32>
-      %pw_kx = tt.load %pw_kp, %pw_inK, %pw_xzk : tensor<$Dx$BNx!tt.ptr<$XT>>
-      %pw_kpp = tt.addptr %pw_xk, %pw_kpo : tensor<$Dx$BNx!tt.ptr<$XT>>, tensor<$Dx$BNxi32>
-      %pw_kpx = tt.load %pw_kpp, %pw_inK, %pw_xzk : tensor<$Dx$BNx!tt.ptr<$XT>>
-      %pw_cr = arith.muli %pw_pos, %pw_HALF : tensor<$BNxi32>
-      %pw_cr0 = tt.expand_dims %pw_cr {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
-      %pw_crb = tt.broadcast %pw_cr0 : tensor<1x$BNxi32> -> tensor<$Dx$BNxi32>
-      %pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<$Dx$BNxi32>
-      %pw_cp = tt.addptr %pw_cb, %pw_co : tensor<$Dx$BNx!tt.ptr<f32>>, tensor<$Dx$BNxi32>
-      %pw_cv = tt.load %pw_cp, %pw_inK, %pw_fz : tensor<$Dx$BNx!tt.ptr<f32>>
-      %pw_sp = tt.addptr %pw_sb, %pw_co : tensor<$Dx$BNx!tt.ptr<f32>>, tensor<$Dx$BNxi32>
-      %pw_sv = tt.load %pw_sp, %pw_inK, %pw_fz : tensor<$Dx$BNx!tt.ptr<f32>>
-      %pw_vr = arith.addi %pw_xr, %pw_vcs : tensor<$BNxi32>
-      %pw_vr1 = tt.expand_dims %pw_vr {axis = 1 : i32} : tensor<$BNxi32> -> tensor<$BNx1xi32>
-      %pw_vrb = tt.broadcast %pw_vr1 : tensor<$BNx1xi32> -> tensor<$BNx$Dxi32>
-      %pw_vo = arith.addi %pw_vrb, %rdvb : tensor<$BNx$Dxi32>
-      %pw_inV0 = tt.expand_dims %pw_in {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
-      %pw_inV = tt.broadcast %pw_inV0 : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
-      %pw_vp = tt.addptr %pw_xv, %pw_vo : tensor<$BNx$Dx!tt.ptr<$XT>>, tensor<$BNx$Dxi32>
-      %pw_vx = tt.load %pw_vp, %pw_inV, %pw_xzv : tensor<$BNx$Dx!tt.ptr<$XT>>
-$WROUND      %pw_kf = arith.extf $WKB : tensor<$Dx$BNxbf16> to tensor<$Dx$BNxf32>
-      %pw_kpf = arith.extf $WKPB : tensor<$Dx$BNxbf16> to tensor<$Dx$BNxf32>
-      %pw_kc = arith.mulf %pw_kf, %pw_cv : tensor<$Dx$BNxf32>
-      %pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<$Dx$BNxf32>
-      %pw_ks = arith.mulf %pw_ks0, %pw_sv : tensor<$Dx$BNxf32>
-      %pw_krot = arith.addf %pw_kc, %pw_ks : tensor<$Dx$BNxf32>
-      %pw_k = arith.truncf %pw_krot : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
-      %ktp = arith.select %pw_inK, %pw_k, %kt : tensor<$Dx$BNxi1>, tensor<$Dx$BNxbf16>
-      %vvp = arith.select %pw_inV, $WV, %vv : tensor<$BNx$Dxi1>, tensor<$BNx$Dxbf16>
+	windowStep = `    %pw_init:3 = scf.if %pw_own -> (tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>) {
+$WROUND      %pw_kf = arith.extf $WKB : tensor<$Dx$WNxbf16> to tensor<$Dx$WNxf32>
+      %pw_kpf = arith.extf $WKPB : tensor<$Dx$WNxbf16> to tensor<$Dx$WNxf32>
+      %pw_sgn1 = tt.expand_dims %sgn {axis = 1 : i32} : tensor<$Dxf32> -> tensor<$Dx1xf32>
+      %pw_sgnb = tt.broadcast %pw_sgn1 : tensor<$Dx1xf32> -> tensor<$Dx$WNxf32>
+      %pw_kc = arith.mulf %pw_kf, %pw_cv : tensor<$Dx$WNxf32>
+      %pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<$Dx$WNxf32>
+      %pw_ks = arith.mulf %pw_ks0, %pw_sv : tensor<$Dx$WNxf32>
+      %pw_krot = arith.addf %pw_kc, %pw_ks : tensor<$Dx$WNxf32>
+      %pw_k = arith.truncf %pw_krot : tensor<$Dx$WNxf32> to tensor<$Dx$WNxbf16>
+      %pw_szero = arith.constant dense<0.000000e+00> : tensor<$RxWNxf32>
+      %pw_s = tt.dot %qv, %pw_k, %pw_szero : tensor<$RxDxbf16> * tensor<$Dx$WNxbf16> -> tensor<$RxWNxf32>
+      %pw_scale = arith.constant dense<$SCALE> : tensor<$RxWNxf32>
+      %pw_ss = arith.mulf %pw_s, %pw_scale : tensor<$RxWNxf32>
+      %pw_bf = arith.extf %pw_bv : tensor<$RxWNxbf16> to tensor<$RxWNxf32>
+      %pw_sc = arith.addf %pw_ss, %pw_bf : tensor<$RxWNxf32>
+      %pw_m = "tt.reduce"(%pw_sc) <{axis = 1 : i32}> ({
+      ^bb0(%pw_x0: f32, %pw_x1: f32):
+        %pw_mx = arith.maxnumf %pw_x0, %pw_x1 : f32
+        tt.reduce.return %pw_mx : f32
+      }) : (tensor<$RxWNxf32>) -> tensor<$Rxf32>
+      %pw_m2 = tt.expand_dims %pw_m {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
+      %pw_m2b = tt.broadcast %pw_m2 : tensor<$Rx1xf32> -> tensor<$RxWNxf32>
+      %pw_sd = arith.subf %pw_sc, %pw_m2b : tensor<$RxWNxf32>
+      %pw_p = math.exp %pw_sd : tensor<$RxWNxf32>
+      %pw_l = "tt.reduce"(%pw_p) <{axis = 1 : i32}> ({
+      ^bb0(%pw_y0: f32, %pw_y1: f32):
+        %pw_sm = arith.addf %pw_y0, %pw_y1 : f32
+        tt.reduce.return %pw_sm : f32
+      }) : (tensor<$RxWNxf32>) -> tensor<$Rxf32>
+      %pw_pb = arith.truncf %pw_p : tensor<$RxWNxf32> to tensor<$RxWNxbf16>
+      %pw_acc = tt.dot %pw_pb, $WV, %a0 : tensor<$RxWNxbf16> * tensor<$WNx$Dxbf16> -> tensor<$RxDxf32>
+      scf.yield %pw_m, %pw_l, %pw_acc : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
+    } else {
+      scf.yield %m0, %l0, %a0 : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
+    }
+    %pw_st = tt.splat %st : i32 -> tensor<$BNxi32>
+    %pw_zeroN = arith.constant dense<0> : tensor<$BNxi32>
+    %pw_TN = arith.constant dense<$T> : tensor<$BNxi32>
+    %pw_true = arith.constant dense<true> : tensor<$BNxi1>
 `
-	windowRounded = `      %pw_kb = arith.truncf %pw_kx : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
-      %pw_kpb = arith.truncf %pw_kpx : tensor<$Dx$BNxf32> to tensor<$Dx$BNxbf16>
-      %pw_vb = arith.truncf %pw_vx : tensor<$BNx$Dxf32> to tensor<$BNx$Dxbf16>
+	windowMask = `      %pw_rel = arith.subi %j, %pw_st : tensor<$BNxi32>
+      %pw_lo = arith.cmpi sge, %pw_rel, %pw_zeroN : tensor<$BNxi32>
+      %pw_hi = arith.cmpi slt, %pw_rel, %pw_TN : tensor<$BNxi32>
+      %pw_inN = arith.andi %pw_lo, %pw_hi : tensor<$BNxi1>
+      %pw_out = arith.xori %pw_inN, %pw_true : tensor<$BNxi1>
+      %pw_keep = arith.andi %jok, %pw_out : tensor<$BNxi1>
+      %pw_keep0 = tt.expand_dims %pw_keep {axis = 0 : i32} : tensor<$BNxi1> -> tensor<1x$BNxi1>
+      %pw_keepK = tt.broadcast %pw_keep0 : tensor<1x$BNxi1> -> tensor<$Dx$BNxi1>
+      %pw_keepB = tt.broadcast %pw_keep0 : tensor<1x$BNxi1> -> tensor<$RxBNxi1>
+      %pw_keep1 = tt.expand_dims %pw_keep {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
+      %pw_keepV = tt.broadcast %pw_keep1 : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
+`
+	windowRounded = `      %pw_kb = arith.truncf %pw_kx : tensor<$Dx$WNxf32> to tensor<$Dx$WNxbf16>
+      %pw_kpb = arith.truncf %pw_kpx : tensor<$Dx$WNxf32> to tensor<$Dx$WNxbf16>
+      %pw_vb = arith.truncf %pw_vx : tensor<$WNx$Dxf32> to tensor<$WNx$Dxbf16>
 `
 	placeRounded = `    %tkb16 = arith.truncf %tkx : tensor<$Dxf32> to tensor<$Dxbf16>
     %tkpb16 = arith.truncf %tkpx : tensor<$Dxf32> to tensor<$Dxbf16>

@@ -259,11 +259,12 @@ func TestPlacedAttentionTTIR(t *testing.T) {
 	}
 }
 
-// With Place and a window of several positions, each step of keys loads the window's
-// keys (with their partner columns, cos and sin of their position) and values from x's
-// rows, masked to its slots from start[b] to start[b]+T-1, rotates the keys as the
-// queries are and uses both in place of the cache's; nothing is loaded before the loop
-// but start[b], and nothing written.
+// With Place and a window of several positions, the program whose split holds slot
+// start[b] loads the window's keys (with their partner columns, cos and sin of their
+// position), values and bias from x's rows with the queries, rotates the keys as the
+// queries are and takes them as a step of its own before its loop; every program's
+// steps of the cache leave slots start[b] to start[b]+T-1 unread and hidden. Nothing is
+// written.
 func TestPlacedWindowAttentionTTIR(t *testing.T) {
 	for _, c := range []struct {
 		t             int
@@ -274,34 +275,55 @@ func TestPlacedWindowAttentionTTIR(t *testing.T) {
 		text, err := AttentionTTIR(a)
 		require.NoError(t, err)
 		requireWellFormed(t, text)
+		xt, r := "bf16", fmt.Sprint(a.Rows())
+		if c.rotaryFloat32 {
+			xt = "f32"
+		}
 		for _, line := range []string{
 			"%lens: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %start: !tt.ptr<i32>",
-			fmt.Sprintf("%%pw_T = arith.constant dense<%d> : tensor<32xi32>", c.t),
+			fmt.Sprintf("%%pw_T = arith.constant dense<%d> : tensor<16xi32>", c.t),
 			"%pw_cKC = arith.constant 2048 : i32",
 			"%pw_cVC = arith.constant 2304 : i32",
-			"%pw_XR = arith.constant dense<2560> : tensor<32xi32>",
-			"%pw_in = arith.andi %pw_lo, %pw_hi : tensor<32xi1>",
-			"%pw_pos = arith.addi %pw_bT, %pw_relc : tensor<32xi32>",
-			"%pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<128x32xi32>",
-			"%pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<128x32xi32>",
-			"%pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<128x32xf32>",
-			"%ktp = arith.select %pw_inK, %pw_k, %kt",
-			"tt.dot %qv, %ktp, %szero",
-			"tt.dot %pb, %vvp, %accs",
+			"%pw_XR = arith.constant dense<2560> : tensor<16xi32>",
+			// The program whose split holds slot start[b] loads the window's keys,
+			// values and bias; the others load nothing.
+			"%pw_own = arith.andi %pw_ge, %pw_lt : i1",
+			"%pw_in = arith.andi %pw_real, %pw_owns : tensor<16xi1>",
+			"%pw_kx = tt.load %pw_kp, %pw_inK, %pw_xzk : tensor<128x16x!tt.ptr<" + xt + ">>",
+			"%pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<128x16xi32>",
+			"%pw_vx = tt.load %pw_vp, %pw_inV, %pw_xzv : tensor<16x128x!tt.ptr<" + xt + ">>",
+			"%pw_bo = arith.addi %pw_browb, %pw_slotb : tensor<" + r + "x16xi32>",
+			"%pw_bv = tt.load %pw_bp, %pw_inB, %pw_hidden",
+			// It takes them as a step of keys of its own before its loop, rotated as
+			// the queries...
+			"%pw_init:3 = scf.if %pw_own -> (tensor<" + r + "xf32>, tensor<" + r + "xf32>, tensor<" + r + "x128xf32>) {",
+			"%pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<128x16xf32>",
+			"%pw_s = tt.dot %qv, %pw_k, %pw_szero : tensor<" + r + "x128xbf16> * tensor<128x16xbf16> -> tensor<" + r + "x16xf32>",
+			"%pw_sc = arith.addf %pw_ss, %pw_bf : tensor<" + r + "x16xf32>",
+			"scf.yield %m0, %l0, %a0",
+			"iter_args(%m = %pw_init#0, %l = %pw_init#1, %acc = %pw_init#2)",
+			// ...and every program's steps of the cache leave the window's slots unread
+			// and hidden.
+			"%pw_keep = arith.andi %jok, %pw_out : tensor<32xi1>",
+			"%kt = tt.load %kp, %pw_keepK, %kzero",
+			"%vv = tt.load %vp, %pw_keepV, %vzero",
+			"%bv = tt.load %bp, %pw_keepB, %hidden",
+			"tt.dot %qv, %kt, %szero",
+			"tt.dot %pb, %vv, %accs",
 		} {
 			require.Contains(t, text, line)
 		}
 		loop := strings.Index(text, "scf.for")
-		require.Less(t, strings.Index(text, "%st = tt.load"), strings.Index(text, "%xf = arith.extf"))
-		require.Greater(t, strings.Index(text, "%pw_kx = tt.load %pw_kp, %pw_inK"), loop)
-		require.Greater(t, strings.Index(text, "%pw_vx = tt.load %pw_vp, %pw_inV"), loop)
-		require.Less(t, strings.Index(text, "%pw_vx = tt.load"), strings.Index(text, "%s = tt.dot"), "the window's loads come with the cache's")
+		require.Less(t, strings.Index(text, "%st = tt.load"), strings.Index(text, "%xv = tt.load"))
+		require.Less(t, strings.Index(text, "%pw_bv = tt.load"), strings.Index(text, "%xv = tt.load"), "the window's loads come before the queries'")
+		require.Less(t, strings.Index(text, "%qv = arith.truncf"), strings.Index(text, "%pw_init:3"))
+		require.Less(t, strings.Index(text, "%pw_init:3"), loop)
 		if c.rotaryFloat32 {
-			require.Contains(t, text, "%pw_kf = arith.extf %pw_kb : tensor<128x32xbf16>")
-			require.Contains(t, text, "%vvp = arith.select %pw_inV, %pw_vb, %vv")
+			require.Contains(t, text, "%pw_kf = arith.extf %pw_kb : tensor<128x16xbf16>")
+			require.Contains(t, text, "tt.dot %pw_pb, %pw_vb, %a0 : tensor<" + r + "x16xbf16> * tensor<16x128xbf16>")
 		} else {
-			require.Contains(t, text, "%pw_kf = arith.extf %pw_kx : tensor<128x32xbf16>")
-			require.Contains(t, text, "%vvp = arith.select %pw_inV, %pw_vx, %vv")
+			require.Contains(t, text, "%pw_kf = arith.extf %pw_kx : tensor<128x16xbf16>")
+			require.Contains(t, text, "tt.dot %pw_pb, %pw_vx, %a0 : tensor<" + r + "x16xbf16> * tensor<16x128xbf16>")
 		}
 		require.NotContains(t, text, "%tkx")
 		require.Equal(t, 3, strings.Count(text, "tt.store"))
