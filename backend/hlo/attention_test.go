@@ -200,7 +200,7 @@ func TestTritonAttentionLowering(t *testing.T) {
 	calls := tritonCalls(text)
 	require.Len(t, calls, 2)
 	require.Contains(t, calls[0], "tt.func public @attention(")
-	require.Contains(t, calls[0], "grid_x = 34 : i32")
+	require.Contains(t, calls[0], "grid_x = 68 : i32") // 2 key/value heads × 2 groups of 16 rows × 17 splits
 	// the partials of 17 splits of 32 rows, combined by our second kernel, a program per
 	// real row of each group, straight into the output, [B, T, Heads, D] as model reads
 	// it, transposed for the op's [B, Heads, T, D] (XLA cancels that with model's)

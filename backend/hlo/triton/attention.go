@@ -78,11 +78,12 @@ func (a Attention) Stages() int { return min(maxAttentionStages, a.KeysPerSplit(
 // holds: their [rows, D] float32 accumulator must stay in registers.
 const maxAttentionRows = 64
 
-// Rows is the query rows each program of a's kernel holds: the Heads/KVHeads query
-// heads of its key/value head times T, rounded up to a power of two of at least 16
-// (tt.dot's smallest side). Rows past the real ones repeat the last and are not used.
+// Rows is the query rows of each batch row, key/value head and split, which RowGroups
+// programs hold: the Heads/KVHeads query heads of its key/value head times T, rounded
+// up to a power of two of at least 16 (tt.dot's smallest side). Rows past the real ones
+// repeat the last and are not used.
 func (a Attention) Rows() int {
-	r := 16
+	r := minAttentionRows
 	for r < a.group()*a.T {
 		r *= 2
 	}
@@ -123,8 +124,28 @@ func (a Attention) KeysPerSplit() int {
 	return (steps + splits - 1) / splits * AttentionKeys
 }
 
-// Programs is the attention kernel's grid: B × KVHeads × Splits.
-func (a Attention) Programs() int { return a.B * a.KVHeads * a.Splits() }
+// RowGroups is how many programs share the rows of one batch row, key/value head and
+// split, each holding programRows of them: Rows()/16 where every step of keys has its
+// programs within maxAttentionPrograms, as at batch 1, so that a window of several
+// queries spreads over more SMs rather than lengthening each program's work (each
+// program then reads the split's keys again, from L2); otherwise 1.
+func (a Attention) RowGroups() int {
+	groups := a.Rows() / minAttentionRows
+	steps := (a.S + AttentionKeys - 1) / AttentionKeys
+	if a.B*a.KVHeads*steps*groups > maxAttentionPrograms {
+		return 1
+	}
+	return groups
+}
+
+// minAttentionRows is the fewest query rows a program holds: tt.dot's smallest side.
+const minAttentionRows = 16
+
+// programRows is the query rows each program holds: Rows()/RowGroups().
+func (a Attention) programRows() int { return a.Rows() / a.RowGroups() }
+
+// Programs is the attention kernel's grid: B × KVHeads × RowGroups × Splits.
+func (a Attention) Programs() int { return a.B * a.KVHeads * a.RowGroups() * a.Splits() }
 
 // CheckAttention says why AttentionTTIR cannot write a's kernel, or returns nil.
 func CheckAttention(a Attention) error {
@@ -165,9 +186,10 @@ func CheckAttention(a Attention) error {
 }
 
 // AttentionTTIR is the TTIR module of the kernel @attention, the first half of a
-// split-key ("flash decoding") attention: program (b, kv, split) reads its split's
-// keys of key/value head kv in steps of AttentionKeys, for the Rows() query rows of the
-// heads of that group (row r: head kv·g + r/T, query r%T), and keeps FlashAttention's
+// split-key ("flash decoding") attention: program (b, kv, group, split) reads its
+// split's keys of key/value head kv in steps of AttentionKeys, for its row group's
+// programRows of the Rows() query rows of the heads of that group (row r: head
+// kv·g + r/T, query r%T), and keeps FlashAttention's
 // running row maximum m, sum of exponentials l and unnormalised output acc in float32.
 // Keys past S and hidden ones (bias −1e30) weigh nothing once any visible key has been
 // seen; a split that sees none has m = −1e30 and weighs nothing when combined.
@@ -192,13 +214,11 @@ func AttentionTTIR(a Attention) (string, error) {
     %cSplits = arith.constant $SPLITS : i32
     %cKVH = arith.constant $KVH : i32
     %sp = arith.remsi %pid, %cSplits : i32
-    %bkv = arith.divsi %pid, %cSplits : i32
-    %kv = arith.remsi %bkv, %cKVH : i32
+$ROWGROUP    %kv = arith.remsi %bkv, %cKVH : i32
     %bi = arith.divsi %bkv, %cKVH : i32
     %lenp = tt.addptr %lens, %bi : !tt.ptr<i32>, i32
     %len = tt.load %lenp : !tt.ptr<i32>
-    %r = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
-    %rlast = arith.constant dense<$LASTROW> : tensor<$Rxi32>
+$ROWRANGE    %rlast = arith.constant dense<$LASTROW> : tensor<$Rxi32>
     %rc = arith.minsi %r, %rlast : tensor<$Rxi32>
     %Tr = arith.constant dense<$T> : tensor<$Rxi32>
     %hq = arith.divsi %rc, %Tr : tensor<$Rxi32>
@@ -304,7 +324,7 @@ $KPLACE      %s = tt.dot %qv, $KT, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf
 $VPLACE      %an = tt.dot %pb, $VV, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
       scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     }
-` + launchMark + `    %cR = arith.constant $R : i32
+` + launchMark + `    %cR = arith.constant $ROWS : i32
     %bkvs = arith.muli %bkv, %cSplits : i32
     %part = arith.addi %bkvs, %sp : i32
     %prow = arith.muli %part, %cR : i32
@@ -352,9 +372,28 @@ $PLACESTORE    tt.return
 	} else {
 		text = strings.NewReplacer("$QARGS", queryArgs, "$QLOAD", queryLoad).Replace(text)
 	}
-	r := strconv.Itoa(a.Rows())
+	// A program's rows: all of its batch row's, key/value head's and split's, or with
+	// several row groups its group's, from its first.
+	rowGroup, rowRange := `    %bkv = arith.divsi %pid, %cSplits : i32
+`, `    %r = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+`
+	if a.RowGroups() > 1 {
+		rowGroup = `    %pidr = arith.divsi %pid, %cSplits : i32
+    %cRG = arith.constant $RG : i32
+    %rg = arith.remsi %pidr, %cRG : i32
+    %bkv = arith.divsi %pidr, %cRG : i32
+`
+		rowRange = `    %r0 = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+    %cPR = arith.constant $R : i32
+    %rg0 = arith.muli %rg, %cPR : i32
+    %rg0s = tt.splat %rg0 : i32 -> tensor<$Rxi32>
+    %r = arith.addi %rg0s, %r0 : tensor<$Rxi32>
+`
+	}
+	text = strings.NewReplacer("$ROWGROUP", rowGroup, "$ROWRANGE", rowRange).Replace(text)
+	r := strconv.Itoa(a.programRows())
 	// strings.Replacer tries its pairs in order at each position: longer names first.
-	return strings.NewReplacer(
+	return strings.NewReplacer("$ROWS", strconv.Itoa(a.Rows()), "$RG", strconv.Itoa(a.RowGroups()),
 		"$RxBN", r+"x"+strconv.Itoa(AttentionKeys), "$RxWN", r+"x"+strconv.Itoa(a.windowKeys()), "$RxD", r+"x"+strconv.Itoa(a.D),
 		"$Rx", r+"x", "$R ", r+" ", "$WN", strconv.Itoa(a.windowKeys()),
 		"$BN", strconv.Itoa(AttentionKeys), "$D", strconv.Itoa(a.D), "$SPLITS", strconv.Itoa(a.Splits()),

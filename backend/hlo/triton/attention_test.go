@@ -16,25 +16,30 @@ func decodeAttention(t, s int) Attention {
 	return Attention{B: 1, Heads: 16, KVHeads: 2, T: t, S: s, D: 128, BiasHeads: 16, Scale: 1 / math.Sqrt(128)}
 }
 
-// The grid: a program per batch row, key/value head and split of 32 keys, up to 264
-// programs, with every key in some split; the rows of a group padded to tt.dot's 16;
-// programs of several steps pipelined up to 3 deep.
+// The grid: a program per batch row, key/value head, group of 16 rows (where every
+// step of keys keeps its programs, up to 264) and split of 32 keys, up to 264 programs,
+// with every key in some split; the rows of a group padded to tt.dot's 16; programs of
+// several steps pipelined up to 3 deep.
 func TestAttentionGrid(t *testing.T) {
 	for _, c := range []struct {
-		a                                            Attention
-		rows, splits, keysPerSplit, programs, stages int
+		a                                                       Attention
+		rows, rowGroups, splits, keysPerSplit, programs, stages int
 	}{
-		{decodeAttention(1, 513), 16, 17, 32, 34, 1},
-		{decodeAttention(4, 516), 32, 17, 32, 34, 1},
-		{decodeAttention(8, 520), 64, 17, 32, 34, 1},
-		{decodeAttention(4, 4100), 32, 129, 32, 258, 1},
-		{decodeAttention(4, 8200), 32, 129, 64, 258, 2},
-		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 2, 1056, 256, 3},
-		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 1, S: 896, D: 128, BiasHeads: 1}, 16, 2, 448, 256, 3},
-		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 32, 8, 1},
+		{decodeAttention(1, 513), 16, 1, 17, 32, 34, 1},
+		{decodeAttention(4, 516), 32, 2, 17, 32, 68, 1},
+		{decodeAttention(8, 520), 64, 4, 17, 32, 136, 1},
+		{decodeAttention(4, 2048), 32, 2, 64, 32, 256, 1},
+		{decodeAttention(8, 2048), 64, 1, 64, 32, 128, 1},
+		{decodeAttention(4, 4100), 32, 1, 129, 32, 258, 1},
+		{decodeAttention(4, 8200), 32, 1, 129, 64, 258, 2},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 1, 2, 1056, 256, 3},
+		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 1, S: 896, D: 128, BiasHeads: 1}, 16, 1, 2, 448, 256, 3},
+		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 1, 32, 8, 1},
 	} {
 		a := c.a
 		require.Equal(t, c.rows, a.Rows(), "%+v", a)
+		require.Equal(t, c.rowGroups, a.RowGroups(), "%+v", a)
+		require.Equal(t, c.rows/c.rowGroups, a.programRows(), "%+v", a)
 		require.Equal(t, c.splits, a.Splits(), "%+v", a)
 		require.Equal(t, c.keysPerSplit, a.KeysPerSplit(), "%+v", a)
 		require.Equal(t, c.programs, a.Programs(), "%+v", a)
@@ -93,7 +98,15 @@ func TestAttentionTTIR(t *testing.T) {
 			text, err := AttentionTTIR(a)
 			require.NoError(t, err)
 			requireWellFormed(t, text)
-			r := fmt.Sprint(a.Rows())
+			r := fmt.Sprint(a.programRows())
+			require.Contains(t, text, fmt.Sprintf("%%cR = arith.constant %d : i32", a.Rows()), "the partial results' rows")
+			if a.RowGroups() > 1 {
+				require.Contains(t, text, fmt.Sprintf("%%cRG = arith.constant %d : i32", a.RowGroups()))
+				require.Contains(t, text, "%rg0 = arith.muli %rg, %cPR : i32")
+				require.Contains(t, text, "%r = arith.addi %rg0s, %r0 : tensor<"+r+"xi32>")
+			} else {
+				require.Contains(t, text, "%r = tt.make_range {end = "+r+" : i32, start = 0 : i32}")
+			}
 			require.Contains(t, text, "tt.dot %qv, %kt, %szero : tensor<"+r+"x128xbf16> * tensor<128x32xbf16> -> tensor<"+r+"x32xf32>")
 			require.Contains(t, text, "tt.dot %pb, %vv, %accs : tensor<"+r+"x32xbf16> * tensor<32x128xbf16> -> tensor<"+r+"x128xf32>")
 			require.Contains(t, text, fmt.Sprintf("%%cSplits = arith.constant %d : i32", a.Splits()))
@@ -173,24 +186,24 @@ func TestRotaryAttentionTTIR(t *testing.T) {
 		xtype, widened := "bf16", "%xv"
 		if rotaryFloat32 {
 			xtype, widened = "f32", "%xb"
-			require.Contains(t, text, "%xb = arith.truncf %xv : tensor<32x128xf32> to tensor<32x128xbf16>")
-			require.Contains(t, text, "%xpb = arith.truncf %xpv : tensor<32x128xf32> to tensor<32x128xbf16>")
+			require.Contains(t, text, "%xb = arith.truncf %xv : tensor<16x128xf32> to tensor<16x128xbf16>")
+			require.Contains(t, text, "%xpb = arith.truncf %xpv : tensor<16x128xf32> to tensor<16x128xbf16>")
 		} else {
 			require.NotContains(t, text, "%xb =")
 		}
 		require.Contains(t, text, "@attention(%x: !tt.ptr<"+xtype+"> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %k:")
 		require.NotContains(t, text, "%q:")
 		for _, line := range []string{
-			"%XRr = arith.constant dense<2560> : tensor<32xi32>",
+			"%XRr = arith.constant dense<2560> : tensor<16xi32>",
 			"%xr0 = arith.muli %pos, %XRr",
 			"%xhd = arith.muli %xh, %Dr",
-			"%xv = tt.load %xp : tensor<32x128x!tt.ptr<" + xtype + ">>",
-			"%xf = arith.extf " + widened + " : tensor<32x128xbf16> to tensor<32x128xf32>",
+			"%xv = tt.load %xp : tensor<16x128x!tt.ptr<" + xtype + ">>",
+			"%xf = arith.extf " + widened + " : tensor<16x128xbf16> to tensor<16x128xf32>",
 			"%halfd = arith.constant dense<64> : tensor<128xi32>",
 			"%rdp = arith.remsi %rdh, %Dd",
 			"%rdc = arith.remsi %rd, %halfd",
 			"%sgn = arith.select %first, %minus, %plus",
-			"%qv = arith.truncf %rot : tensor<32x128xf32> to tensor<32x128xbf16>",
+			"%qv = arith.truncf %rot : tensor<16x128xf32> to tensor<16x128xbf16>",
 		} {
 			require.Contains(t, text, line)
 		}
@@ -275,7 +288,7 @@ func TestPlacedWindowAttentionTTIR(t *testing.T) {
 		text, err := AttentionTTIR(a)
 		require.NoError(t, err)
 		requireWellFormed(t, text)
-		xt, r := "bf16", fmt.Sprint(a.Rows())
+		xt, r := "bf16", fmt.Sprint(a.programRows())
 		if c.rotaryFloat32 {
 			xt = "f32"
 		}
