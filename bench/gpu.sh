@@ -117,6 +117,7 @@ backend_config() {
     bdxla-gemv-attention-fold-pdl-rope-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=norm" ;;
     bdxla-gemv-attention-fold-pdl-rope-norm-place) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm),triton=place" ;;
     ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place ;; # what backend.Select picks on CUDA
+    ours-gemv-all) echo "$(backend_config ours),triton=gemv-all" ;; # and every product of 1-8 rows our GEMV
   esac
 }
 
