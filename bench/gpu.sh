@@ -37,7 +37,8 @@
 # (builds of other git refs, see bench/build-gpu.sh), tritonfold (ours with
 # option triton=fold and without it), ropeab (ours against ours without triton=rope),
 # normab (ours against ours without triton=norm), placeab (ours against ours without
-# triton=place), buffers (an execution's cost by its buffers), trace
+# triton=place), buffers (an execution's cost by its buffers), stacked (whether XLA
+# copies a stacked weight's layer), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -679,6 +680,23 @@ buffers() {
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 240 .gpu/bin/hlo.test -test.run '^$' -test.count 3 \
     -test.bench 'ExecutionBuffers|ExecutionInPlace' >"$OUT/buffers.log" 2>&1
   echo "rc=$?"; grep -E '^Benchmark|^(ok|FAIL)' "$OUT/buffers.log" | awk '{ print $1, $(NF-1), $NF }'
+}
+
+stacked() {
+  # Whether XLA reads a layer of a weight stacked over the layers in place (backend/hlo's
+  # BenchmarkStackedWeights: one forward's products, 1 and 4 rows, 168 weights against
+  # 4 stacked ones sliced per layer), with the optimised programs' copies counted
+  # (~120 s).
+  section "stacked weights: a forward's products (us/execution), copies in XLA's programs"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin XLA_FLAGS="--xla_dump_to=$OUT/xla-stacked --xla_dump_hlo_as_text" \
+    timeout 300 .gpu/bin/hlo.test -test.run '^$' -test.count 3 -test.bench StackedWeights >"$OUT/stacked.log" 2>&1
+  echo "rc=$?"; grep -E '^Benchmark|^(ok|FAIL)' "$OUT/stacked.log" | awk '{ print $1, $(NF-1), $NF }'
+  local f
+  for f in "$OUT"/xla-stacked/*after_optimizations.txt; do
+    [ -e "$f" ] || continue
+    printf '%s: %s copy, %s dynamic-slice, %s slice instructions\n' "$(basename "$f" | cut -c1-60)" \
+      "$(grep -cE '= [a-z0-9\[\],{} ]* copy\(' "$f")" "$(grep -c 'dynamic-slice(' "$f")" "$(grep -cE ' slice\(' "$f")"
+  done
 }
 
 placeab() {

@@ -1050,3 +1050,92 @@ func BenchmarkExecutionInPlace(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStackedWeights times one forward's worth of MiniCPM5-2B's layer products
+// (qkv, o, gate/up and down in each of 42 layers, bf16 with float32 outputs, each
+// layer's input the rounded output of the one before, so that nothing runs out of
+// order) on the plain backend, at 1 and 4 rows, with every weight a parameter of its
+// own (168) against each kind stacked over the layers ([42, N, K], 4 parameters) and
+// sliced per layer. It is the question stacking the model's weights hangs on
+// (BenchmarkExecutionInPlace: ~0.7 ms of each execution's own cost): whether XLA reads
+// a stacked weight's layer in place, or copies it (3.96 GB a forward, milliseconds).
+// It reports us/execution, with the read of one output value.
+func BenchmarkStackedWeights(b *testing.B) {
+	onPlugin, _ := backends(b)
+	const layers, hidden, ffn = 42, 2048, 6144
+	kinds := []struct{ n, k int }{{2560, hidden}, {hidden, hidden}, {2 * ffn, hidden}, {hidden, ffn}}
+	// A pattern of random values, repeated: every weight reads as random to the GEMMs,
+	// and 3.96 GB take a copy, not a random number each.
+	rng := rand.New(rand.NewPCG(1, 2))
+	pattern := make([]bfloat16.BFloat16, 1<<20)
+	for i := range pattern {
+		pattern[i] = bfloat16.FromFloat32((rng.Float32()*2 - 1) * 0.02)
+	}
+	filled := func(dims ...int) *tensors.Tensor {
+		flat := make([]bfloat16.BFloat16, shapes.Make(dtypes.BFloat16, dims...).Size())
+		for i := 0; i < len(flat); i += len(pattern) {
+			copy(flat[i:], pattern)
+		}
+		return tensors.FromFlatDataAndDimensions(flat, dims...)
+	}
+	separate := make([]any, 0, layers*len(kinds))
+	for range layers {
+		for _, w := range kinds {
+			separate = append(separate, filled(w.n, w.k))
+		}
+	}
+	stacked := make([]any, len(kinds))
+	for i, w := range kinds {
+		stacked[i] = filled(layers, w.n, w.k)
+	}
+	// forward chains the layers' products on x, weight(l, i) giving layer l's weight
+	// of kind i: each product's output columns that the next one takes, rounded to bf16.
+	forward := func(x *Node, weight func(l, i int) *Node) *Node {
+		product := func(x, w *Node, width int) *Node {
+			y := Dot(x, w).WithOutputDType(dtypes.Float32).General([]int{1}, nil, []int{1}, nil)
+			return ConvertDType(Slice(y, AxisRange(), AxisRange(0, width)), dtypes.BFloat16)
+		}
+		for l := range layers {
+			x = product(x, weight(l, 0), hidden)
+			x = product(x, weight(l, 1), hidden)
+			x = product(x, weight(l, 2), ffn)
+			x = product(x, weight(l, 3), hidden)
+		}
+		return ReduceAllSum(ConvertDType(x, dtypes.Float32))
+	}
+	for _, rows := range []int{1, 4} {
+		x := filled(rows, hidden)
+		for _, c := range []struct {
+			name    string
+			weights []any
+			weight  func(ws []*Node, l, i int) *Node
+		}{
+			{"separate", separate, func(ws []*Node, l, i int) *Node { return ws[l*len(kinds)+i] }},
+			{"stacked", stacked, func(ws []*Node, l, i int) *Node {
+				w := ws[i]
+				return Reshape(Slice(w, AxisElem(l), AxisRange(), AxisRange()), w.Shape().Dimensions[1:]...)
+			}},
+		} {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, c.name), func(b *testing.B) {
+				exec, err := NewExec(onPlugin, func(in []*Node) *Node {
+					return forward(in[0], func(l, i int) *Node { return c.weight(in[1:], l, i) })
+				})
+				require.NoError(b, err)
+				inputs := append([]any{x}, c.weights...)
+				run := func() {
+					out, err := exec.Call(inputs...)
+					require.NoError(b, err)
+					_, err = out[0].ValueSafe()
+					require.NoError(b, err)
+					_ = out[0].FinalizeAll()
+				}
+				run()
+				b.ResetTimer()
+				for range b.N {
+					run()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+			})
+		}
+	}
+}
