@@ -581,6 +581,103 @@ func TestTritonPlaceModelsMatch(t *testing.T) {
 		})
 }
 
+// Our attention kernel places windows of 4 tokens at batch 1 in MiniCPM5-2B's head
+// shape too, which no fixture model has: 16 query and 2 key/value heads of 128, so 32
+// query rows per key/value head, held by two programs of 16 (triton.Attention's row
+// groups). A random-weight model of that shape with two layers gives, with what
+// blockdiff picks on CUDA, the plain backend's logits for a window across two splits
+// of keys (slots 30 to 33, splits of 32) and one inside a split whose later slots hold
+// stale keys, hidden. The tolerance is TestTritonGEMVModelsMatch's.
+func TestTritonPlaceWideHeadsMatch(t *testing.T) {
+	plain, _ := backends(t)
+	lowered, err := hlo.WithOptions(plain.(*hlo.Backend),
+		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
+	require.NoError(t, err)
+	cfg := model.MiniCPM5_2B
+	cfg.NumLayers, cfg.VocabSize, cfg.IntermediateSize, cfg.MaskTokenID = 2, 512, 512, 511
+	prompt := make([]int32, 30)
+	for i := range prompt {
+		prompt[i] = int32(testTokens[i%len(testTokens)] + i)
+	}
+	names := []string{"window at slot 30", "window at slot 16"}
+	var embeds [][]bfloat16.BFloat16
+	forward := func(b compute.Backend) [][][]float32 {
+		m, err := model.NewRandom(b, cfg, dtypes.BFloat16, 7)
+		require.NoError(t, err)
+		embed, err := tensors.CopyFlatData[bfloat16.BFloat16](m.Embed)
+		require.NoError(t, err)
+		embeds = append(embeds, embed)
+		window := batch1Windows(t, m, 64)
+		_, err = window(prompt, 0, true)
+		require.NoError(t, err)
+		var all [][][]float32
+		for _, start := range []int32{30, 16} {
+			rows, err := window([]int32{5, 9, 17, 511}, start, false)
+			require.NoError(t, err)
+			all = append(all, rows)
+		}
+		return all
+	}
+	got, want := forward(lowered), forward(plain)
+	require.Equal(t, embeds[1], embeds[0], "the random weights differ between the backends")
+	worst := 0.0
+	for i, name := range names {
+		worst = max(worst, requireRowsWithin(t, name, got[i], want[i], 2e-2))
+	}
+	t.Logf("max |place - plain| / max |plain| over the logits: %.2g", worst)
+}
+
+// batch1Windows returns a function that forwards a window of tokens at batch 1 over a
+// cache of capacity slots kept between calls, starting at start (the cache holding the
+// slots before it) in blocks of 4 or, with write, of the whole window, written into the
+// cache; it returns the window's logits rows.
+func batch1Windows(t *testing.T, m *model.Model, capacity int) func(tokens []int32, start int32, write bool) ([][]float32, error) {
+	cache, err := m.NewCache(1, capacity)
+	require.NoError(t, err)
+	t.Cleanup(func() { cache.Free() })
+	return func(tokens []int32, start int32, write bool) ([][]float32, error) {
+		w := len(tokens)
+		vec := shapes.Make(dtypes.Int32, 1)
+		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), vec}
+		for range 2 * m.Config.NumLayers {
+			inputs = append(inputs, m.CacheShape(1, capacity))
+		}
+		p, err := m.CachedProgram(fmt.Sprintf("test/batch1/%d/%d/%t", capacity, w, write), inputs, func(wt *model.Weights, in []*Node) []*Node {
+			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
+			if write {
+				win.WriteLen, win.BlockSize = Const(in[0].Graph(), []int32{int32(w)}), w
+			}
+			logits, c := m.Forward(wt, win, model.CacheNodesFrom(in[2:]), nil)
+			if !write {
+				return []*Node{logits}
+			}
+			return append([]*Node{logits}, c.Nodes()...)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, err := p.Run(append([]*tensors.Tensor{tensors.FromFlatDataAndDimensions(tokens, 1, w),
+			tensors.FromValue([]int32{start})}, cache.Tensors()...)...)
+		if err != nil {
+			return nil, err
+		}
+		if write {
+			cache.Free()
+			cache = model.CacheFromTensors(out[1:])
+		}
+		logits, err := tensors.CopyFlatData[float32](out[0])
+		if err != nil {
+			return nil, err
+		}
+		vocab := m.Config.VocabSize
+		rows := make([][]float32, w)
+		for i := range rows {
+			rows[i] = logits[i*vocab : (i+1)*vocab]
+		}
+		return rows, nil
+	}
+}
+
 // requireOptionsMatchPlain runs requireBF16WindowsMatch on every fixture model, on the
 // plain backend with each of options against the plain backend, each in a subtest
 // that run receives, and logs each largest difference under what.
