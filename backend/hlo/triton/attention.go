@@ -82,12 +82,15 @@ const maxAttentionRows = 64
 // programs hold: the Heads/KVHeads query heads of its key/value head times T, rounded
 // up to a power of two of at least 16 (tt.dot's smallest side). Rows past the real ones
 // repeat the last and are not used.
-func (a Attention) Rows() int {
-	r := minAttentionRows
-	for r < a.group()*a.T {
-		r *= 2
+func (a Attention) Rows() int { return dotSide(a.group() * a.T) }
+
+// dotSide is n rounded up to a power of two of at least DotRows, tt.dot's smallest side.
+func dotSide(n int) int {
+	s := DotRows
+	for s < n {
+		s *= 2
 	}
-	return r
+	return s
 }
 
 func (a Attention) group() int { return a.Heads / a.KVHeads }
@@ -95,13 +98,7 @@ func (a Attention) group() int { return a.Heads / a.KVHeads }
 // windowKeys is the width of the step of keys in which a program takes a placed window
 // of T > 1 queries (Attention.Place): T rounded up to a power of two of at least 16,
 // tt.dot's smallest side; the keys past T are hidden.
-func (a Attention) windowKeys() int {
-	w := 16
-	for w < a.T {
-		w *= 2
-	}
-	return w
-}
+func (a Attention) windowKeys() int { return dotSide(a.T) }
 
 // Splits is how many programs share the keys of one batch row and key/value head, each
 // reading KeysPerSplit of them: as many as there are steps of AttentionKeys keys, up
@@ -130,16 +127,13 @@ func (a Attention) KeysPerSplit() int {
 // queries spreads over more SMs rather than lengthening each program's work (each
 // program then reads the split's keys again, from L2); otherwise 1.
 func (a Attention) RowGroups() int {
-	groups := a.Rows() / minAttentionRows
+	groups := a.Rows() / DotRows
 	steps := (a.S + AttentionKeys - 1) / AttentionKeys
 	if a.B*a.KVHeads*steps*groups > maxAttentionPrograms {
 		return 1
 	}
 	return groups
 }
-
-// minAttentionRows is the fewest query rows a program holds: tt.dot's smallest side.
-const minAttentionRows = 16
 
 // programRows is the query rows each program holds: Rows()/RowGroups().
 func (a Attention) programRows() int { return a.Rows() / a.RowGroups() }
