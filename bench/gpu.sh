@@ -38,7 +38,7 @@
 # option triton=fold and without it), ropeab (ours against ours without triton=rope),
 # normab (ours against ours without triton=norm), placeab (ours against ours without
 # triton=place), buffers (an execution's cost by its buffers), stacked (whether XLA
-# copies a stacked weight's layer), trace
+# copies a stacked weight's layer), prefilladded (prefill per added prefill), trace
 # (in-graph kernel times,
 # bench/cupti), profile, and pack (every file under $OUT into one, since a device call
 # brings back at most 8). A device call lasts at most 600 s, so the default stops at
@@ -680,6 +680,15 @@ buffers() {
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 240 .gpu/bin/hlo.test -test.run '^$' -test.count 3 \
     -test.bench 'ExecutionBuffers|ExecutionInPlace' >"$OUT/buffers.log" 2>&1
   echo "rc=$?"; grep -E '^Benchmark|^(ok|FAIL)' "$OUT/buffers.log" | awk '{ print $1, $(NF-1), $NF }'
+}
+
+prefilladded() {
+  # The 512- and 2048-token prefills on ours as one execution each and per prefill
+  # added to a device loop (bench -added-prefills: free of each execution's own cost,
+  # as the peer's CUDA-graph prefill timed by CUDA events is; ~90 s).
+  section "prefill, one execution and per added prefill"
+  GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only prefill -added-prefills 3 2>&1 |
+    grep -E '^prefill' | grep -v compiled
 }
 
 stacked() {

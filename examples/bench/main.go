@@ -53,6 +53,8 @@ var (
 	prefillIn    = flag.Bool("prefill-inputs", false, "prefill timings take start, write length and the logits' position as program inputs, as the decoder's prefill does, instead of constants")
 	prefillFresh = flag.Bool("prefill-fresh", false, "prefill timings upload their inputs each time (new tensors, as each Generate call has)")
 	prefillFree  = flag.Bool("prefill-free", false, "with -prefill-fresh, free the previous inputs first")
+	prefillToks  = flag.String("prefill-tokens", "512,2048", "comma-separated prompt lengths of the prefill timings")
+	addedPrefill = flag.Int("added-prefills", 0, "also time device loops of 1 and of 1+N prefills and report the time each added prefill takes (0: not), free of each execution's own cost, as the peer's CUDA-graph prefill timed by CUDA events is; on backends that run loops on the device")
 	prefillAt    = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the timed calls are under runAndWait)")
 )

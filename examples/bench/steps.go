@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,14 +196,70 @@ func benchPrefill(m *model.Model) []row {
 	var rows []row
 	for _, mode := range prefillAttention {
 		m.PrefillAttention = mode
-		for _, n := range []int{512, 2048} {
-			if n > m.Config.MaxPositionEmbeddings {
+		for _, field := range strings.Split(*prefillToks, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(field))
+			check(err)
+			if n < 1 || n > m.Config.MaxPositionEmbeddings {
+				log.Printf("prefill of %d tokens skipped: the model takes 1 to %d positions", n, m.Config.MaxPositionEmbeddings)
 				continue
 			}
 			rows = append(rows, benchPrefillOnce(m, n, len(prefillAttention) > 1))
+			if *addedPrefill > 0 && backend.RunsLoopsOnDevice(m.Backend()) {
+				rows = append(rows, benchPrefillAdded(m, n, *addedPrefill))
+			}
 		}
 	}
 	return rows
+}
+
+// benchPrefillAdded times device loops of 1 and of 1+added prefills of n tokens (into n
+// slots, as benchPrefillOnce's defaults) and reports the time each added prefill
+// takes: an execution's own cost cancels out.
+func benchPrefillAdded(m *model.Model, n, added int) row {
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
+	}
+	in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
+	timesOf := func(r int) []time.Duration {
+		p, err := prefillLoop(m, n, r)
+		check(err)
+		check(runAndWait(p, in))
+		times, err := repeat(10, func() error { return runAndWait(p, in) })
+		check(err)
+		return times
+	}
+	short, long := timesOf(1), timesOf(1+added)
+	r := addedSteps(fmt.Sprintf("prefill %d tokens, per added prefill", n), short, long, added)
+	r.TokPerS = float64(n) / (r.Median / 1e3)
+	r.Note = fmt.Sprintf("(%d-prefill execution - 1-prefill one) / %d", 1+added, added)
+	return r
+}
+
+// prefillLoop compiles r prefills of the n tokens of its input inside one While, each
+// prefill's first token the argmax of the one before's last logits, so that XLA can
+// neither hoist nor merge them; the cache is carried from one to the next.
+func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
+	key := fmt.Sprintf("bench/prefill-loop/%d/%s/%d", n, m.PrefillAttention, r)
+	return m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
+		g := in[0].Graph()
+		init := []*Node{Const(g, int32(0)), in[0]}
+		for range 2 * m.Config.NumLayers {
+			init = append(init, Zeros(g, m.CacheShape(1, n)))
+		}
+		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
+			return []*Node{LessThan(st[0], Const(st[0].Graph(), int32(r)))}
+		}
+		body := func(w *model.Weights, st, _ []*Node) []*Node {
+			g := st[0].Graph()
+			win := model.Window{Tokens: st[1], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
+				BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
+			logits, cache := m.Forward(w, win, model.CacheNodesFrom(st[2:]), nil)
+			tokens := Concatenate([]*Node{next(logits), Slice(st[1], AxisRange(), AxisRange(1))}, 1)
+			return append([]*Node{Add(st[0], Const(g, int32(1))), tokens}, cache.Nodes()...)
+		}
+		return []*Node{w.While(init, nil, cond, body)[1]}
+	})
 }
 
 // benchPrefillOnce times the prefill of n tokens with m's PrefillAttention, naming it
