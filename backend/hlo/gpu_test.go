@@ -1077,21 +1077,7 @@ func BenchmarkExecutionBuffers(b *testing.B) {
 			for i := range inputs {
 				inputs[i] = tensors.FromValue(make([]float32, 256))
 			}
-			run := func() {
-				out, err := exec.Call(inputs...)
-				require.NoError(b, err)
-				_, err = out[0].ValueSafe()
-				require.NoError(b, err)
-				for _, t := range out {
-					_ = t.FinalizeAll()
-				}
-			}
-			run()
-			b.ResetTimer()
-			for range b.N {
-				run()
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+			reportPerExecution(b, func() { callAndRead(b, exec, inputs) })
 		})
 	}
 }
@@ -1129,7 +1115,7 @@ func BenchmarkExecutionInPlace(b *testing.B) {
 				require.NoError(b, err)
 				donate[i] = i >= c.in
 			}
-			run := func() {
+			reportPerExecution(b, func() {
 				out := g.RunWithBuffers(bufs, donate, 0)
 				_, err := out[0].ValueSafe()
 				require.NoError(b, err)
@@ -1137,13 +1123,7 @@ func BenchmarkExecutionInPlace(b *testing.B) {
 					bufs[c.in+i], err = s.DonateBuffer(onPlugin, 0)
 					require.NoError(b, err)
 				}
-			}
-			run()
-			b.ResetTimer()
-			for range b.N {
-				run()
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+			})
 		})
 	}
 }
@@ -1219,20 +1199,31 @@ func BenchmarkStackedWeights(b *testing.B) {
 				})
 				require.NoError(b, err)
 				inputs := append([]any{x}, c.weights...)
-				run := func() {
-					out, err := exec.Call(inputs...)
-					require.NoError(b, err)
-					_, err = out[0].ValueSafe()
-					require.NoError(b, err)
-					_ = out[0].FinalizeAll()
-				}
-				run()
-				b.ResetTimer()
-				for range b.N {
-					run()
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+				reportPerExecution(b, func() { callAndRead(b, exec, inputs) })
 			})
 		}
+	}
+}
+
+// reportPerExecution runs run once to warm up, then b.N times, and reports
+// us/execution.
+func reportPerExecution(b *testing.B, run func()) {
+	run()
+	b.ResetTimer()
+	for range b.N {
+		run()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/execution")
+}
+
+// callAndRead executes exec on inputs, reads its first output back (so that the time
+// covers the device's work) and frees its outputs.
+func callAndRead(b *testing.B, exec *Exec, inputs []any) {
+	out, err := exec.Call(inputs...)
+	require.NoError(b, err)
+	_, err = out[0].ValueSafe()
+	require.NoError(b, err)
+	for _, t := range out {
+		_ = t.FinalizeAll()
 	}
 }
