@@ -282,41 +282,7 @@ $LOOPMASK      %krow = arith.addi %kvrows, %j : tensor<$BNxi32>
       %jokV = tt.expand_dims %jok {axis = 1 : i32} : tensor<$BNxi1> -> tensor<$BNx1xi1>
       %jokVb = tt.broadcast %jokV : tensor<$BNx1xi1> -> tensor<$BNx$Dxi1>
       %vv = tt.load %vp, $VMASK, %vzero : tensor<$BNx$Dx!tt.ptr<bf16>>
-$KPLACE      %s = tt.dot %qv, $KT, %szero : tensor<$RxDxbf16> * tensor<$Dx$BNxbf16> -> tensor<$RxBNxf32>
-      %ss = arith.mulf %s, %scale : tensor<$RxBNxf32>
-      %j2 = tt.expand_dims %j {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
-      %j2b = tt.broadcast %j2 : tensor<1x$BNxi32> -> tensor<$RxBNxi32>
-      %bo = arith.addi %browb, %j2b : tensor<$RxBNxi32>
-      %bp = tt.addptr %bbase, %bo : tensor<$RxBNx!tt.ptr<bf16>>, tensor<$RxBNxi32>
-      %jokBb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$RxBNxi1>
-      %bv = tt.load %bp, $BMASK, %hidden : tensor<$RxBNx!tt.ptr<bf16>>
-      %bf = arith.extf %bv : tensor<$RxBNxbf16> to tensor<$RxBNxf32>
-      %sc = arith.addf %ss, %bf : tensor<$RxBNxf32>
-      %mt = "tt.reduce"(%sc) <{axis = 1 : i32}> ({
-      ^bb0(%x0: f32, %x1: f32):
-        %mx = arith.maxnumf %x0, %x1 : f32
-        tt.reduce.return %mx : f32
-      }) : (tensor<$RxBNxf32>) -> tensor<$Rxf32>
-      %mn = arith.maxnumf %m, %mt : tensor<$Rxf32>
-      %md = arith.subf %m, %mn : tensor<$Rxf32>
-      %alpha = math.exp %md : tensor<$Rxf32>
-      %mn2 = tt.expand_dims %mn {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
-      %mn2b = tt.broadcast %mn2 : tensor<$Rx1xf32> -> tensor<$RxBNxf32>
-      %sd = arith.subf %sc, %mn2b : tensor<$RxBNxf32>
-      %p = math.exp %sd : tensor<$RxBNxf32>
-      %ps = "tt.reduce"(%p) <{axis = 1 : i32}> ({
-      ^bb0(%y0: f32, %y1: f32):
-        %sm = arith.addf %y0, %y1 : f32
-        tt.reduce.return %sm : f32
-      }) : (tensor<$RxBNxf32>) -> tensor<$Rxf32>
-      %la = arith.mulf %l, %alpha : tensor<$Rxf32>
-      %ln = arith.addf %la, %ps : tensor<$Rxf32>
-      %alpha2 = tt.expand_dims %alpha {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
-      %alpha2b = tt.broadcast %alpha2 : tensor<$Rx1xf32> -> tensor<$RxDxf32>
-      %accs = arith.mulf %acc, %alpha2b : tensor<$RxDxf32>
-      %pb = arith.truncf %p : tensor<$RxBNxf32> to tensor<$RxBNxbf16>
-$VPLACE      %an = tt.dot %pb, $VV, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxbf16> -> tensor<$RxDxf32>
-      scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
+$KPLACE$STEP      scf.yield %mn, %ln, %an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     }
 ` + launchMark + `    %cR = arith.constant $ROWS : i32
     %bkvs = arith.muli %bkv, %cSplits : i32
@@ -340,6 +306,8 @@ $VPLACE      %an = tt.dot %pb, $VV, %accs : tensor<$RxBNxbf16> * tensor<$BNx$Dxb
 $PLACESTORE    tt.return
   }
 }`
+	// A step of the cache's keys: their bias loaded between the scores and their use.
+	text = strings.Replace(text, "$STEP", onlineStep("", "BN", "$KT", "$VV", "%m", "%l", "%acc", cacheBias, "$VPLACE"), 1)
 	// The bias row of each query row: its query's, or with one bias of every head its
 	// batch row's and position's.
 	biasRow := "    %brow = arith.muli %qrow, %Sr : tensor<$Rxi32>\n"
@@ -396,6 +364,59 @@ $PLACESTORE    tt.return
 		"$S", strconv.Itoa(a.S), "$L", strconv.Itoa(a.KeysPerSplit()),
 	).Replace(text), nil
 }
+
+// onlineStep is the text of one step of keys of FlashAttention's online softmax, its
+// names prefixed by p: the scores of the queries %qv against keys [D, W] (W the width
+// $BN or $WN that width names), scaled by %{p}scale, plus the bias %{p}bv [R, W] that
+// bias loads after the scores; then the running maximum m, sum l and output acc
+// updated with the values [W, D] into %{p}mn, %{p}ln and %{p}an. beforeValues comes
+// just before the product with the values. The loop's steps over the cache and a
+// placed window's step before them (from no keys seen) are the same text.
+func onlineStep(p, width, keys, values, m, l, acc, bias, beforeValues string) string {
+	return strings.NewReplacer("%_", "%"+p, "$RxW", "$Rx"+width, "$W", "$"+width, "KEYS", keys, "VALUES", values,
+		"M_IN", m, "L_IN", l, "ACC_IN", acc, "BIAS\n", bias, "BEFOREV", beforeValues).Replace(onlineStepText)
+}
+
+// onlineStepText is onlineStep's template.
+const onlineStepText = `      %_s = tt.dot %qv, KEYS, %_szero : tensor<$RxDxbf16> * tensor<$Dx$Wxbf16> -> tensor<$RxWxf32>
+      %_ss = arith.mulf %_s, %_scale : tensor<$RxWxf32>
+BIAS
+      %_bf = arith.extf %_bv : tensor<$RxWxbf16> to tensor<$RxWxf32>
+      %_sc = arith.addf %_ss, %_bf : tensor<$RxWxf32>
+      %_mt = "tt.reduce"(%_sc) <{axis = 1 : i32}> ({
+      ^bb0(%_x0: f32, %_x1: f32):
+        %_mx = arith.maxnumf %_x0, %_x1 : f32
+        tt.reduce.return %_mx : f32
+      }) : (tensor<$RxWxf32>) -> tensor<$Rxf32>
+      %_mn = arith.maxnumf M_IN, %_mt : tensor<$Rxf32>
+      %_md = arith.subf M_IN, %_mn : tensor<$Rxf32>
+      %_alpha = math.exp %_md : tensor<$Rxf32>
+      %_mn2 = tt.expand_dims %_mn {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
+      %_mn2b = tt.broadcast %_mn2 : tensor<$Rx1xf32> -> tensor<$RxWxf32>
+      %_sd = arith.subf %_sc, %_mn2b : tensor<$RxWxf32>
+      %_p = math.exp %_sd : tensor<$RxWxf32>
+      %_ps = "tt.reduce"(%_p) <{axis = 1 : i32}> ({
+      ^bb0(%_y0: f32, %_y1: f32):
+        %_sm = arith.addf %_y0, %_y1 : f32
+        tt.reduce.return %_sm : f32
+      }) : (tensor<$RxWxf32>) -> tensor<$Rxf32>
+      %_la = arith.mulf L_IN, %_alpha : tensor<$Rxf32>
+      %_ln = arith.addf %_la, %_ps : tensor<$Rxf32>
+      %_alpha2 = tt.expand_dims %_alpha {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
+      %_alpha2b = tt.broadcast %_alpha2 : tensor<$Rx1xf32> -> tensor<$RxDxf32>
+      %_accs = arith.mulf ACC_IN, %_alpha2b : tensor<$RxDxf32>
+      %_pb = arith.truncf %_p : tensor<$RxWxf32> to tensor<$RxWxbf16>
+BEFOREV      %_an = tt.dot %_pb, VALUES, %_accs : tensor<$RxWxbf16> * tensor<$Wx$Dxbf16> -> tensor<$RxDxf32>
+`
+
+// cacheBias loads the bias of a step of the cache's keys %j (onlineStep's bias).
+const cacheBias = `      %j2 = tt.expand_dims %j {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
+      %j2b = tt.broadcast %j2 : tensor<1x$BNxi32> -> tensor<$RxBNxi32>
+      %bo = arith.addi %browb, %j2b : tensor<$RxBNxi32>
+      %bp = tt.addptr %bbase, %bo : tensor<$RxBNx!tt.ptr<bf16>>, tensor<$RxBNxi32>
+      %jokBb = tt.broadcast %jokT : tensor<1x$BNxi1> -> tensor<$RxBNxi1>
+      %bv = tt.load %bp, $BMASK, %hidden : tensor<$RxBNx!tt.ptr<bf16>>
+`
 
 // queryArgs and queryLoad are the attention kernel's query argument q [B, Heads, T, D]
 // and its load of the program's rows, %qv [R, D] (%qo their offsets in q).
@@ -494,8 +515,9 @@ func (a Attention) placed(text string) string {
 		if a.RotaryFloat32 {
 			round, wk, wkp, wv = windowRounded, "%pw_kb", "%pw_kpb", "%pw_vb"
 		}
+		step := strings.Replace(windowStep, "$PWSTEP", onlineStep("pw_", "WN", "%pw_k", "$WV", "%m0", "%l0", "%a0", "", ""), 1)
 		text = strings.NewReplacer("$PLACEARGS", placeArgs, "$WRITEARGS", "", "$PLACELOADS", startLoad+windowLoads,
-			"$PLACELOAD", windowStep, "$KPLACE", "", "$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "",
+			"$PLACELOAD", step, "$KPLACE", "", "$VPLACE", "", "$KT", "%kt", "$VV", "%vv", "$PLACESTORE", "",
 			"$M0", "%pw_init#0", "$L0", "%pw_init#1", "$A0", "%pw_init#2", "$LOOPMASK", windowMask,
 			"$KMASK", "%pw_keepK", "$VMASK", "%pw_keepV", "$BMASK", "%pw_keepB").Replace(text)
 		return strings.NewReplacer("$WROUND", round, "$WKB", wk, "$WKPB", wkp, "$WV", wv,
@@ -592,7 +614,8 @@ const (
 	// loop: windowLoads loads, with the queries, the window's keys (and their partner
 	// columns, cos and sin), values and bias, masked off in every other program;
 	// windowStep rotates the keys as rotaryLoad does the queries (reusing its %sgn) and
-	// starts the program's running maximum, sum and output from their scores;
+	// takes them in onlineStep's step ($PWSTEP) from no keys seen, which starts the
+	// program's running maximum, sum and output;
 	// windowMask hides the window's slots from every program's steps of the cache,
 	// which do not hold its keys, and leaves them unread.
 	startLoad = `    %stp = tt.addptr %start, %bi : !tt.ptr<i32>, i32
@@ -696,28 +719,8 @@ $WROUND      %pw_kf = arith.extf $WKB : tensor<$Dx$WNxbf16> to tensor<$Dx$WNxf32
       %pw_krot = arith.addf %pw_kc, %pw_ks : tensor<$Dx$WNxf32>
       %pw_k = arith.truncf %pw_krot : tensor<$Dx$WNxf32> to tensor<$Dx$WNxbf16>
       %pw_szero = arith.constant dense<0.000000e+00> : tensor<$RxWNxf32>
-      %pw_s = tt.dot %qv, %pw_k, %pw_szero : tensor<$RxDxbf16> * tensor<$Dx$WNxbf16> -> tensor<$RxWNxf32>
       %pw_scale = arith.constant dense<$SCALE> : tensor<$RxWNxf32>
-      %pw_ss = arith.mulf %pw_s, %pw_scale : tensor<$RxWNxf32>
-      %pw_bf = arith.extf %pw_bv : tensor<$RxWNxbf16> to tensor<$RxWNxf32>
-      %pw_sc = arith.addf %pw_ss, %pw_bf : tensor<$RxWNxf32>
-      %pw_m = "tt.reduce"(%pw_sc) <{axis = 1 : i32}> ({
-      ^bb0(%pw_x0: f32, %pw_x1: f32):
-        %pw_mx = arith.maxnumf %pw_x0, %pw_x1 : f32
-        tt.reduce.return %pw_mx : f32
-      }) : (tensor<$RxWNxf32>) -> tensor<$Rxf32>
-      %pw_m2 = tt.expand_dims %pw_m {axis = 1 : i32} : tensor<$Rxf32> -> tensor<$Rx1xf32>
-      %pw_m2b = tt.broadcast %pw_m2 : tensor<$Rx1xf32> -> tensor<$RxWNxf32>
-      %pw_sd = arith.subf %pw_sc, %pw_m2b : tensor<$RxWNxf32>
-      %pw_p = math.exp %pw_sd : tensor<$RxWNxf32>
-      %pw_l = "tt.reduce"(%pw_p) <{axis = 1 : i32}> ({
-      ^bb0(%pw_y0: f32, %pw_y1: f32):
-        %pw_sm = arith.addf %pw_y0, %pw_y1 : f32
-        tt.reduce.return %pw_sm : f32
-      }) : (tensor<$RxWNxf32>) -> tensor<$Rxf32>
-      %pw_pb = arith.truncf %pw_p : tensor<$RxWNxf32> to tensor<$RxWNxbf16>
-      %pw_acc = tt.dot %pw_pb, $WV, %a0 : tensor<$RxWNxbf16> * tensor<$WNx$Dxbf16> -> tensor<$RxDxf32>
-      scf.yield %pw_m, %pw_l, %pw_acc : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
+$PWSTEP      scf.yield %pw_mn, %pw_ln, %pw_an : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     } else {
       scf.yield %m0, %l0, %a0 : tensor<$Rxf32>, tensor<$Rxf32>, tensor<$RxDxf32>
     }

@@ -313,6 +313,10 @@ func TestPlacedWindowAttentionTTIR(t *testing.T) {
 			"%pw_ks0 = arith.mulf %pw_kpf, %pw_sgnb : tensor<128x16xf32>",
 			"%pw_s = tt.dot %qv, %pw_k, %pw_szero : tensor<" + r + "x128xbf16> * tensor<128x16xbf16> -> tensor<" + r + "x16xf32>",
 			"%pw_sc = arith.addf %pw_ss, %pw_bf : tensor<" + r + "x16xf32>",
+			// (the loop's online step, from no keys seen)
+			"%pw_mn = arith.maxnumf %m0, %pw_mt",
+			"%pw_accs = arith.mulf %a0, %pw_alpha2b",
+			"scf.yield %pw_mn, %pw_ln, %pw_an",
 			"scf.yield %m0, %l0, %a0",
 			"iter_args(%m = %pw_init#0, %l = %pw_init#1, %acc = %pw_init#2)",
 			// ...and every program's steps of the cache leave the window's slots unread
@@ -333,10 +337,10 @@ func TestPlacedWindowAttentionTTIR(t *testing.T) {
 		require.Less(t, strings.Index(text, "%pw_init:3"), loop)
 		if c.rotaryFloat32 {
 			require.Contains(t, text, "%pw_kf = arith.extf %pw_kb : tensor<128x16xbf16>")
-			require.Contains(t, text, "tt.dot %pw_pb, %pw_vb, %a0 : tensor<" + r + "x16xbf16> * tensor<16x128xbf16>")
+			require.Contains(t, text, "tt.dot %pw_pb, %pw_vb, %pw_accs : tensor<"+r+"x16xbf16> * tensor<16x128xbf16>")
 		} else {
 			require.Contains(t, text, "%pw_kf = arith.extf %pw_kx : tensor<128x16xbf16>")
-			require.Contains(t, text, "tt.dot %pw_pb, %pw_vx, %a0 : tensor<" + r + "x16xbf16> * tensor<16x128xbf16>")
+			require.Contains(t, text, "tt.dot %pw_pb, %pw_vx, %pw_accs : tensor<"+r+"x16xbf16> * tensor<16x128xbf16>")
 		}
 		require.NotContains(t, text, "%tkx")
 		require.Equal(t, 3, strings.Count(text, "tt.store"))
