@@ -235,7 +235,7 @@ $ROWRANGE    %rlast = arith.constant dense<$LASTROW> : tensor<$Rxi32>
     %rdb = tt.broadcast %rd0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %qo = arith.addi %qoffb, %rdb : tensor<$RxDxi32>
     %Sr = arith.constant dense<$S> : tensor<$Rxi32>
-$BIASROW$PLACELOADS$QLOAD    %cS = arith.constant $S : i32
+$BIASROW$COLUMNS$PLACELOADS$QLOAD    %cS = arith.constant $S : i32
     %kvrow = arith.muli %bkv, %cS : i32
     %kvrows = tt.splat %kvrow : i32 -> tensor<$BNxi32>
     %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
@@ -328,11 +328,11 @@ $PLACESTORE    tt.return
 		if a.RotaryFloat32 {
 			xtype, round, xb, xpb = "f32", roundedLoad, "%xb", "%xpb"
 		}
-		text = strings.NewReplacer("$QARGS", rotaryArgs, "$QLOAD", rotaryLoad).Replace(text)
+		text = strings.NewReplacer("$QARGS", rotaryArgs, "$COLUMNS", rotaryColumns, "$QLOAD", rotaryLoad).Replace(text)
 		text = strings.NewReplacer("$XROUND", round, "$XROW", strconv.Itoa(a.RotaryRow), "$XT", xtype,
 			"$XB", xb, "$XPB", xpb, "$HALF", strconv.Itoa(a.D/2)).Replace(text)
 	} else {
-		text = strings.NewReplacer("$QARGS", queryArgs, "$QLOAD", queryLoad).Replace(text)
+		text = strings.NewReplacer("$QARGS", queryArgs, "$COLUMNS", "", "$QLOAD", queryLoad).Replace(text)
 	}
 	// A program's rows: all of its batch row's, key/value head's and split's, or with
 	// several row groups its group's, from its first.
@@ -428,10 +428,20 @@ const (
 `
 )
 
+// rotaryColumns precedes every load of rows of x to rotate (the queries', a placed key's
+// or window's), which all take their columns from it: the partner of column d,
+// %rdp = (d + D/2) mod D, and its cosine's and sine's column %rdc = d mod D/2.
+const rotaryColumns = `    %halfd = arith.constant dense<$HALF> : tensor<$Dxi32>
+    %Dd = arith.constant dense<$D> : tensor<$Dxi32>
+    %rdh = arith.addi %rd, %halfd : tensor<$Dxi32>
+    %rdp = arith.remsi %rdh, %Dd : tensor<$Dxi32>
+    %rdc = arith.remsi %rd, %halfd : tensor<$Dxi32>
+`
+
 // rotaryArgs and rotaryLoad are queryArgs and queryLoad where Attention.RotaryRow is
 // set: the rows x [B, T, $XROW] of type $XT and cos, sin [B, T, $HALF], and %qv made
 // from each query's columns of x (position %pos = b·T + t, head %xh) and its partner
-// columns (d + D/2 mod D) as rotary.apply makes it; $XROUND rounds float32 x to bfloat16
+// columns (rotaryColumns' %rdp) as rotary.apply makes it; $XROUND rounds float32 x to bfloat16
 // first (roundedLoad), as the graph does, and $XB and $XPB name the bfloat16 values. x's second half times −1 is exact, so the sum
 // x·cos + (±x')·sin rounds as the graph's difference and sum do.
 const (
@@ -449,10 +459,6 @@ const (
     %xoff2 = tt.expand_dims %xoff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %xoffb = tt.broadcast %xoff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
     %xo = arith.addi %xoffb, %rdb : tensor<$RxDxi32>
-    %halfd = arith.constant dense<$HALF> : tensor<$Dxi32>
-    %Dd = arith.constant dense<$D> : tensor<$Dxi32>
-    %rdh = arith.addi %rd, %halfd : tensor<$Dxi32>
-    %rdp = arith.remsi %rdh, %Dd : tensor<$Dxi32>
     %rdp0 = tt.expand_dims %rdp {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdpb = tt.broadcast %rdp0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %xpo = arith.addi %xoffb, %rdpb : tensor<$RxDxi32>
@@ -467,7 +473,6 @@ $XROUND    %xf = arith.extf $XB : tensor<$RxDxbf16> to tensor<$RxDxf32>
     %coff = arith.muli %pos, %HALFr : tensor<$Rxi32>
     %coff2 = tt.expand_dims %coff {axis = 1 : i32} : tensor<$Rxi32> -> tensor<$Rx1xi32>
     %coffb = tt.broadcast %coff2 : tensor<$Rx1xi32> -> tensor<$RxDxi32>
-    %rdc = arith.remsi %rd, %halfd : tensor<$Dxi32>
     %rdc0 = tt.expand_dims %rdc {axis = 0 : i32} : tensor<$Dxi32> -> tensor<1x$Dxi32>
     %rdcb = tt.broadcast %rdc0 : tensor<1x$Dxi32> -> tensor<$RxDxi32>
     %cso = arith.addi %coffb, %rdcb : tensor<$RxDxi32>
@@ -539,8 +544,8 @@ func (a Attention) placed(text string) string {
 }
 
 // The text of Attention.Place and Write (see placed). placeLoads loads the program's
-// key (columns $KCOL + kv·D of x's row at position b, and their partner columns, for the
-// rotation rotaryLoad's queries have), value, cos and sin, start[b] and with Write
+// key (columns $KCOL + kv·D of x's row at position b, and their partner columns
+// rotaryColumns gives, for the rotation rotaryLoad's queries have), value, cos and sin, start[b] and with Write
 // written[b]; placeLoad rounds and rotates the key as rotaryLoad does the queries
 // (reusing its %sgn), and broadcasts key and value to the loop's tiles of keys [D, BN]
 // and values [BN, D]; keyPlace and valuePlace put them in place of slot start[b] of
@@ -563,12 +568,8 @@ const (
     %kcol0 = arith.addi %cKC, %kvD : i32
     %kcol = arith.addi %xprow, %kcol0 : i32
     %kcols = tt.splat %kcol : i32 -> tensor<$Dxi32>
-    %thalf = arith.constant dense<$HALF> : tensor<$Dxi32>
-    %tD = arith.constant dense<$D> : tensor<$Dxi32>
-    %trdh = arith.addi %rd, %thalf : tensor<$Dxi32>
-    %trdp = arith.remsi %trdh, %tD : tensor<$Dxi32>
     %tko = arith.addi %kcols, %rd : tensor<$Dxi32>
-    %tkpo = arith.addi %kcols, %trdp : tensor<$Dxi32>
+    %tkpo = arith.addi %kcols, %rdp : tensor<$Dxi32>
     %xrow = tt.splat %x : !tt.ptr<$XT> -> tensor<$Dx!tt.ptr<$XT>>
     %tkp = tt.addptr %xrow, %tko : tensor<$Dx!tt.ptr<$XT>>, tensor<$Dxi32>
     %tkx = tt.load %tkp : tensor<$Dx!tt.ptr<$XT>>
@@ -584,8 +585,7 @@ const (
     %cHALFp = arith.constant $HALF : i32
     %ccol = arith.muli %bi, %cHALFp : i32
     %ccols = tt.splat %ccol : i32 -> tensor<$Dxi32>
-    %trdc = arith.remsi %rd, %thalf : tensor<$Dxi32>
-    %tco = arith.addi %ccols, %trdc : tensor<$Dxi32>
+    %tco = arith.addi %ccols, %rdc : tensor<$Dxi32>
     %tcb = tt.splat %cos : !tt.ptr<f32> -> tensor<$Dx!tt.ptr<f32>>
     %tcp = tt.addptr %tcb, %tco : tensor<$Dx!tt.ptr<f32>>, tensor<$Dxi32>
     %tcv = tt.load %tcp : tensor<$Dx!tt.ptr<f32>>
@@ -650,11 +650,7 @@ const (
     %pw_krb = tt.broadcast %pw_kr0 : tensor<1x$WNxi32> -> tensor<$Dx$WNxi32>
     %pw_rd1 = tt.expand_dims %rd {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
     %pw_rdb = tt.broadcast %pw_rd1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
-    %pw_half = arith.constant dense<$HALF> : tensor<$Dxi32>
-    %pw_Dd = arith.constant dense<$D> : tensor<$Dxi32>
-    %pw_rdh = arith.addi %rd, %pw_half : tensor<$Dxi32>
-    %pw_rdp = arith.remsi %pw_rdh, %pw_Dd : tensor<$Dxi32>
-    %pw_rdp1 = tt.expand_dims %pw_rdp {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdp1 = tt.expand_dims %rdp {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
     %pw_rdpb = tt.broadcast %pw_rdp1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
     %pw_ko = arith.addi %pw_krb, %pw_rdb : tensor<$Dx$WNxi32>
     %pw_kpo = arith.addi %pw_krb, %pw_rdpb : tensor<$Dx$WNxi32>
@@ -670,8 +666,7 @@ const (
     %pw_cr = arith.muli %pw_pos, %pw_HALF : tensor<$WNxi32>
     %pw_cr0 = tt.expand_dims %pw_cr {axis = 0 : i32} : tensor<$WNxi32> -> tensor<1x$WNxi32>
     %pw_crb = tt.broadcast %pw_cr0 : tensor<1x$WNxi32> -> tensor<$Dx$WNxi32>
-    %pw_rdc = arith.remsi %rd, %pw_half : tensor<$Dxi32>
-    %pw_rdc1 = tt.expand_dims %pw_rdc {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
+    %pw_rdc1 = tt.expand_dims %rdc {axis = 1 : i32} : tensor<$Dxi32> -> tensor<$Dx1xi32>
     %pw_rdcb = tt.broadcast %pw_rdc1 : tensor<$Dx1xi32> -> tensor<$Dx$WNxi32>
     %pw_co = arith.addi %pw_crb, %pw_rdcb : tensor<$Dx$WNxi32>
     %pw_fz = arith.constant dense<0.000000e+00> : tensor<$Dx$WNxf32>

@@ -230,7 +230,7 @@ func TestPlacedAttentionTTIR(t *testing.T) {
 			"%cKC = arith.constant 2048 : i32",
 			"%cVC = arith.constant 2304 : i32",
 			"%xprow = arith.muli %bi, %cXRp",
-			"%tkpo = arith.addi %kcols, %trdp",
+			"%tkpo = arith.addi %kcols, %rdp",
 			"%tks0 = arith.mulf %tkpf, %sgn",
 			"%tk = arith.truncf %tkr : tensor<128xf32> to tensor<128xbf16>",
 			"%own = arith.cmpi eq, %j, %sts : tensor<32xi32>",
