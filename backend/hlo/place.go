@@ -166,18 +166,23 @@ func (f *Function) placementsOf(key, val compute.Value, a triton.Attention) (key
 	if !ok1 || !ok2 || keys.n != nil || values.n != nil || keys.start != values.start {
 		return placement{}, placement{}, false
 	}
-	if a.T > 1 && (f.updates(keys) || f.updates(values)) {
+	if a.T > 1 && (len(f.sameSlots(keys)) > 0 || len(f.sameSlots(values)) > 0) {
 		return placement{}, placement{}, false
 	}
 	return keys, values, true
 }
 
-// updates reports whether a noted dynamic update other than p places p's rows in p's
-// cache at p's start: the cache's update of a window whose keys p places.
-func (f *Function) updates(p placement) bool {
-	return slices.ContainsFunc(f.placements, func(w placement) bool {
-		return w.placed != p.placed && w.cache == p.cache && w.x == p.x && w.start == p.start
-	})
+// sameSlots returns the placements noted (notePlacement) other than p that place p's
+// rows in p's cache at p's start, in the order noted: the cache's update of a window
+// whose keys or values p places (a dynamic update), or of a token's (a select with n).
+func (f *Function) sameSlots(p placement) []placement {
+	var same []placement
+	for _, w := range f.placements {
+		if w.placed != p.placed && w.cache == p.cache && w.x == p.x && w.start == p.start {
+			same = append(same, w)
+		}
+	}
+	return same
 }
 
 // placedWindow returns, with option triton=place, the attention a (already reading the
@@ -217,24 +222,13 @@ func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attentio
 		return placement{}, placement{}, a, false
 	}
 	a.Place, a.ValueColumn = true, column
-	kw, ok1 := f.writeOf(keys)
-	vw, ok2 := f.writeOf(values)
-	if a.T == 1 && ok1 && ok2 && kw.n == vw.n {
+	// The cache's update of a one-token window is the last noted at its slot.
+	kw, vw := f.sameSlots(keys), f.sameSlots(values)
+	if a.T == 1 && len(kw) > 0 && len(vw) > 0 && kw[len(kw)-1].n == vw[len(vw)-1].n {
 		a.Write = true
-		keys, values = kw, vw
+		keys, values = kw[len(kw)-1], vw[len(vw)-1]
 	}
 	return keys, values, a, triton.CheckAttention(a) == nil
-}
-
-// writeOf returns the placement noted (notePlacement) of p's token in p's cache at p's
-// start, in the rows where some n is positive: the cache's update.
-func (f *Function) writeOf(p placement) (placement, bool) {
-	for _, w := range slices.Backward(f.placements) {
-		if w.cache == p.cache && w.x == p.x && w.start == p.start {
-			return w, true
-		}
-	}
-	return placement{}, false
 }
 
 // isSliceOf reports whether v is a slice of strides 1 of x from starts.
