@@ -344,16 +344,17 @@ func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stab
 	}
 	queries, k, v := vs[:1], vs[1], vs[2]
 	var placed []*stablehlo.Value
-	var keys, values placement
-	_, _, window := f.placementsOf(key, value, a)
+	keys, values, window := f.placementsOf(key, value, a)
 	if rotated, withRotation, ok := f.rotatedQueries(query, a, window && a.T > 1); ok {
 		queries, a = rotated, withRotation
-		var withPlace triton.Attention
-		if keys, values, withPlace, ok = f.placedWindow(query, key, value, a); ok {
-			if k, v, placed, err = f.placedOperands(keys, values, withPlace); err != nil {
-				return nil, opError(op, err)
+		if window {
+			var withPlace triton.Attention
+			if keys, values, withPlace, ok = f.placedWindow(query, keys, values, a); ok {
+				if k, v, placed, err = f.placedOperands(keys, values, withPlace); err != nil {
+					return nil, opError(op, err)
+				}
+				a = withPlace
 			}
-			a = withPlace
 		}
 	}
 	out, newK, newV, err := f.builder.backend.kernels().AttentionOutput(f.fn, queries, k, v, vs[3], lens[0], placed, a)

@@ -185,9 +185,9 @@ func (f *Function) sameSlots(p placement) []placement {
 	return same
 }
 
-// placedWindow returns, with option triton=place, the attention a (already reading the
-// rows with RotaryRow) with Place set, and its cache operands and start, where key and
-// value are model's window placed in its slots of the cache (placementsOf): the keys
+// placedWindow returns the attention a (already reading the rows with RotaryRow) with
+// Place set, and its cache operands and start, where keys and values, model's window
+// placed in its slots of the cache as placementsOf found them, hold: the keys
 // rotated with the queries from the same rows, the values the slice of those rows after
 // the keys. The kernel then takes keys and values from the rows and the cache as it is,
 // and XLA drops the placement (a select or a dynamic update), which copied the cache.
@@ -195,12 +195,9 @@ func (f *Function) sameSlots(p placement) []placement {
 // placement with n, noted earlier), a has Write set, with n as the kernel's written
 // operand, and keys and values hold those placements for the kernel's outputs to
 // replace.
-func (f *Function) placedWindow(query, key, val compute.Value, a triton.Attention) (keys, values placement, _ triton.Attention, ok bool) {
+func (f *Function) placedWindow(query compute.Value, keys, values placement, a triton.Attention) (_, _ placement, _ triton.Attention, ok bool) {
 	q, ok := query.(*value)
 	if !ok || a.RotaryRow == 0 {
-		return placement{}, placement{}, a, false
-	}
-	if keys, values, ok = f.placementsOf(key, val, a); !ok {
 		return placement{}, placement{}, a, false
 	}
 	// The queries' rotation: q = Transpose(Slice(qk, heads 0:Heads)), x = the slice of
