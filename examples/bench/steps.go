@@ -216,11 +216,7 @@ func benchPrefill(m *model.Model) []row {
 // slots, as benchPrefillOnce's defaults) and reports the time each added prefill
 // takes: an execution's own cost cancels out.
 func benchPrefillAdded(m *model.Model, n, added int) row {
-	tokens := make([]int32, n)
-	for i := range tokens {
-		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
-	}
-	in := tensors.FromFlatDataAndDimensions(tokens, 1, n)
+	in := prefillTokens(m, n)
 	timesOf := func(r int) []time.Duration {
 		p, err := prefillLoop(m, n, r)
 		check(err)
@@ -288,11 +284,7 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 		return append([]*Node{next(logits)}, cache.Nodes()...)
 	})
 	check(err)
-	tokens := make([]int32, n)
-	for i := range tokens {
-		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
-	}
-	in := []*tensors.Tensor{tensors.FromFlatDataAndDimensions(tokens, 1, n)}
+	in := []*tensors.Tensor{prefillTokens(m, n)}
 	if *prefillIn {
 		in = append(in, tensors.FromValue([]int32{0}), tensors.FromValue([]int32{int32(n)}), tensors.FromValue([][]int32{{int32(n - 1)}}))
 	}
@@ -324,6 +316,16 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 	r.TokPerS = float64(n) / (r.Median / 1e3)
 	r.Note = "one execution, cache written, last logits read"
 	return r
+}
+
+// prefillTokens is the prompt [1, n] the prefill timings take: tokens spread over the
+// vocabulary.
+func prefillTokens(m *model.Model, n int) *tensors.Tensor {
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
+	}
+	return tensors.FromFlatDataAndDimensions(tokens, 1, n)
 }
 
 // runAndWait executes p, waits until its first output reaches the host (so the time
