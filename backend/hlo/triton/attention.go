@@ -85,13 +85,7 @@ const maxAttentionRows = 64
 func (a Attention) Rows() int { return dotSide(a.group() * a.T) }
 
 // dotSide is n rounded up to a power of two of at least DotRows, tt.dot's smallest side.
-func dotSide(n int) int {
-	s := DotRows
-	for s < n {
-		s *= 2
-	}
-	return s
-}
+func dotSide(n int) int { return powerOfTwoAtLeast(max(n, DotRows)) }
 
 func (a Attention) group() int { return a.Heads / a.KVHeads }
 
@@ -809,13 +803,7 @@ const (
 
 // combineSplits is the splits AttentionCombineTTIR's programs load at once: a's
 // splits rounded up to a power of two of at least 16, the padding masked.
-func (a Attention) combineSplits() int {
-	n := 16
-	for n < a.Splits() {
-		n *= 2
-	}
-	return n
-}
+func (a Attention) combineSplits() int { return powerOfTwoAtLeast(max(a.Splits(), 16)) }
 
 // CombinePrograms is the grid of AttentionCombineTTIR's kernel: a program per batch
 // row, key/value head and real query row of its group, B × KVHeads × (Heads/KVHeads)·T.

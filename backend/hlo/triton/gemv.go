@@ -84,6 +84,16 @@ func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 
 func isPowerOfTwo(x int) bool { return x > 0 && x&(x-1) == 0 }
 
+// powerOfTwoAtLeast is the smallest power of two of at least n (1 for n below 1): a
+// Triton tensor's side holding n.
+func powerOfTwoAtLeast(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
 // elementType is dtype's TTIR name.
 func elementType(dtype dtypes.DType) string {
 	if dtype == dtypes.Float32 {

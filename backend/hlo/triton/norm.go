@@ -94,13 +94,7 @@ type RowNorm struct {
 const maxRowNormK = 4096
 
 // padded is K rounded up to a power of two, the row's tile.
-func (r RowNorm) padded() int {
-	p := 1
-	for p < r.K {
-		p *= 2
-	}
-	return p
-}
+func (r RowNorm) padded() int { return powerOfTwoAtLeast(r.K) }
 
 // CheckRowNorm says why RowNormTTIR cannot write r's kernel, nil if it can.
 func CheckRowNorm(r RowNorm) error {
