@@ -665,16 +665,7 @@ func batch1Windows(t *testing.T, m *model.Model, capacity int) func(tokens []int
 			cache.Free()
 			cache = model.CacheFromTensors(out[1:])
 		}
-		logits, err := tensors.CopyFlatData[float32](out[0])
-		if err != nil {
-			return nil, err
-		}
-		vocab := m.Config.VocabSize
-		rows := make([][]float32, w)
-		for i := range rows {
-			rows[i] = logits[i*vocab : (i+1)*vocab]
-		}
-		return rows, nil
+		return logitsRows(out[0], m.Config.VocabSize)
 	}
 }
 
@@ -757,17 +748,21 @@ func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, start
 		}
 		cache.Free()
 		cache = model.CacheFromTensors(out[1:])
-		logits, err := tensors.CopyFlatData[float32](out[0])
-		if err != nil {
-			return nil, err
-		}
-		vocab := m.Config.VocabSize
-		rows := make([][]float32, 2*w)
-		for i := range rows {
-			rows[i] = logits[i*vocab : (i+1)*vocab]
-		}
-		return rows, nil
+		return logitsRows(out[0], m.Config.VocabSize)
 	}
+}
+
+// logitsRows reads logits to the host as rows of vocab values, one per position.
+func logitsRows(logits *tensors.Tensor, vocab int) ([][]float32, error) {
+	flat, err := tensors.CopyFlatData[float32](logits)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([][]float32, len(flat)/vocab)
+	for i := range rows {
+		rows[i] = flat[i*vocab : (i+1)*vocab]
+	}
+	return rows, nil
 }
 
 // The fused attention (bf16, on the plugin) gives the plain attention of the same inputs
