@@ -704,7 +704,7 @@ stacked() {
   for f in "$OUT"/xla-stacked/*after_optimizations.txt; do
     [ -e "$f" ] || continue
     printf '%s: %s copy, %s dynamic-slice, %s slice instructions\n' "$(basename "$f" | cut -c1-60)" \
-      "$(grep -cE '= [a-z0-9\[\],{} ]* copy\(' "$f")" "$(grep -c 'dynamic-slice(' "$f")" "$(grep -cE ' slice\(' "$f")"
+      "$(grep -cE ' copy\(' "$f")" "$(grep -c 'dynamic-slice(' "$f")" "$(grep -cE ' slice\(' "$f")"
   done
 }
 
