@@ -226,9 +226,10 @@ func TestTritonRopeInModels(t *testing.T) {
 // kernel takes every layer's one-token window's key and value from the qkv product's
 // rows, and writes them into the cache (its outputs aliased to the cache operands),
 // at batch 1 and 2; windows of 4 that write (the cache's update reads their keys
-// anyway) and the options without it leave the placement to XLA. A window of 4 at batch 1 that writes nothing (a denoise step) has
-// its keys and values taken from the rows too, with the option only: without it the
-// model concatenates them with the cache.
+// anyway) and the options without it leave the placement to XLA. A window of 4 at
+// batch 1 that writes nothing (a denoise step) has its keys and values taken from the
+// rows too, with the option only: without it the model concatenates them with the
+// cache.
 func TestTritonPlaceInModels(t *testing.T) {
 	const reading = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc"
 	for _, dir := range fixtures.Subdirs(t, "models") {

@@ -17,11 +17,11 @@ import (
 // kernel (triton.Kernels.RowNorm) and the dense product of its output, when they are
 // model's normed dense layer of several rows: a dense product (denseProduct) of
 // normWeighted(x, g) times invRMS(x), either way round (normedLayerOf), as
-// normedProduct recognises it for one row. Where x is the sum of two float32 addends of its shape (the residual
-// add before the norm), the kernel takes them and computes x too, and x's value
-// becomes the kernel's sum from then on, so that XLA's add is left unused. The norm's
-// own operations and the product it replaces are left for XLA to remove. ok is false,
-// with nothing added, for every other product.
+// normedProduct recognises it for one row. Where x is the sum of two float32 addends
+// of its shape (the residual add before the norm), the kernel takes them and computes
+// x too, and x's value becomes the kernel's sum from then on, so that XLA's add is
+// left unused. The norm's own operations and the product it replaces are left for XLA
+// to remove. ok is false, with nothing added, for every other product.
 func (f *Function) normedRows(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
 	l, ok1 := lhs.(*value)
 	r, ok2 := rhs.(*value)

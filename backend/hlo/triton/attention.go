@@ -539,10 +539,10 @@ func (a Attention) placed(text string) string {
 
 // The text of Attention.Place and Write (see placed). placeLoads loads the program's
 // key (columns $KCOL + kv·D of x's row at position b, and their partner columns
-// rotaryColumns gives, for the rotation rotaryLoad's queries have), value, cos and sin, start[b] and with Write
-// written[b]; placeLoad rounds and rotates the key as rotaryLoad does the queries
-// (reusing its %sgn), and broadcasts key and value to the loop's tiles of keys [D, BN]
-// and values [BN, D]; keyPlace and valuePlace put them in place of slot start[b] of
+// rotaryColumns gives, for the rotation rotaryLoad's queries have), value, cos and
+// sin, start[b] and with Write written[b]; placeLoad rounds and rotates the key as
+// rotaryLoad does the queries (reusing its %sgn), and broadcasts key and value to the
+// loop's tiles of keys [D, BN] and values [BN, D]; keyPlace and valuePlace put them in place of slot start[b] of
 // each tile; placeStore writes them to that slot of the outputs k and v, from the
 // program whose split holds it, where written[b] > 0 and the slot is one of the S (the
 // last split may reach past them). The slot's own keys and values are loaded and never
