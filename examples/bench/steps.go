@@ -239,10 +239,7 @@ func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
 	key := fmt.Sprintf("bench/prefill-loop/%d/%s/%d", n, m.PrefillAttention, r)
 	return m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
-		init := []*Node{Const(g, int32(0)), in[0]}
-		for range 2 * m.Config.NumLayers {
-			init = append(init, Zeros(g, m.CacheShape(1, n)))
-		}
+		init := append([]*Node{Const(g, int32(0)), in[0]}, zeroCache(g, m, n)...)
 		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
 			return []*Node{LessThan(st[0], Const(st[0].Graph(), int32(r)))}
 		}
@@ -270,11 +267,7 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 	}
 	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
-		cache := &model.CacheNodes{}
-		for range m.Config.NumLayers {
-			cache.K = append(cache.K, Zeros(g, m.CacheShape(1, slots)))
-			cache.V = append(cache.V, Zeros(g, m.CacheShape(1, slots)))
-		}
+		cache := model.CacheNodesFrom(zeroCache(g, m, slots))
 		win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
 			BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
 		if *prefillIn {
@@ -316,6 +309,16 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 	r.TokPerS = float64(n) / (r.Median / 1e3)
 	r.Note = "one execution, cache written, last logits read"
 	return r
+}
+
+// zeroCache is an empty cache of one row and slots slots in g, as CacheNodes.Nodes lists
+// it: the layers' keys, then their values.
+func zeroCache(g *Graph, m *model.Model, slots int) []*Node {
+	nodes := make([]*Node, 2*m.Config.NumLayers)
+	for i := range nodes {
+		nodes[i] = Zeros(g, m.CacheShape(1, slots))
+	}
+	return nodes
 }
 
 // prefillTokens is the prompt [1, n] the prefill timings take: tokens spread over the
