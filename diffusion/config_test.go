@@ -68,3 +68,25 @@ func TestBadRequests(t *testing.T) {
 	_, err = New(m, many)
 	require.ErrorContains(t, err, "outside the vocabulary")
 }
+
+// A stream reads after its first block, then after twice as many blocks as the read
+// before, up to BlocksPerReadback; a whole generation reads every BlocksPerReadback
+// blocks.
+func TestChunkBlocks(t *testing.T) {
+	for _, c := range []struct {
+		most      int
+		streaming bool
+		want      []int
+	}{
+		{16, true, []int{1, 2, 4, 8, 16, 16}},
+		{5, true, []int{1, 2, 4, 5, 5}},
+		{1, true, []int{1, 1}},
+		{16, false, []int{16, 16}},
+	} {
+		got := []int{firstChunkBlocks(c.most, c.streaming)}
+		for len(got) < len(c.want) {
+			got = append(got, nextChunkBlocks(got[len(got)-1], c.most))
+		}
+		require.Equal(t, c.want, got, "%+v", c)
+	}
+}

@@ -58,8 +58,7 @@ func New(m *model.Model, cfg Config) (*Decoder, error) {
 		window = 2 * block
 	}
 	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
-		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1,
-		blocksPerReadback: cfg.BlocksPerReadback}
+		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1}
 	return &Decoder{m: m, cfg: cfg, loop: l, stops: stops}, nil
 }
 
@@ -88,9 +87,10 @@ type Chunk struct {
 	Result *Result
 }
 
-// Stream decodes one prompt and yields its tokens as blocks finish. It stops with
-// ctx's error, within one block, when ctx is cancelled; breaking out of the loop stops
-// the generation.
+// Stream decodes one prompt and yields its tokens as blocks finish, read after the
+// first block and then after twice as many blocks each time, up to
+// Config.BlocksPerReadback. It stops with ctx's error, at the next read, when ctx is
+// cancelled; breaking out of the loop stops the generation.
 func (d *Decoder) Stream(ctx context.Context, prompt []int) iter.Seq2[Chunk, error] {
 	return func(yield func(Chunk, error) bool) {
 		stopped := errors.New("stream consumer stopped")
@@ -200,7 +200,10 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		tensors.FromScalar(float32(max(cfg.Temperature, 1e-6))),
 		tensors.FromScalar(int32(cfg.TopK)),
 		tensors.FromScalar(float32(topP)),
+		nil, // chunkBlocks, set before each chunk
 	}
+	chunkBlocks := firstChunkBlocks(cfg.BlocksPerReadback, emit != nil)
+	common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))
 
 	results := make([]*Result, b)
 	for i := range results {
@@ -247,6 +250,11 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		}
 		if run > maxRuns {
 			return nil, fmt.Errorf("diffusion: internal error: generation unfinished after %d executions", run)
+		}
+		if next := nextChunkBlocks(chunkBlocks, cfg.BlocksPerReadback); run > 0 && next != chunkBlocks {
+			chunkBlocks = next
+			freeAll(common[numParams-1:])
+			common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))
 		}
 		// The chunk consumes state and read (see chunkProgram).
 		out, err := chunk.Run(slices.Concat(common, state, read)...)
@@ -304,6 +312,21 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	}
 	return results, nil
 }
+
+// firstChunkBlocks is the blocks the first chunk finishes before the host reads: one
+// when streaming, so that text comes at once, each later chunk then twice as many as
+// the one before, up to most (Config.BlocksPerReadback); most from the start for a
+// whole generation, whose caller reads nothing before its end.
+func firstChunkBlocks(most int, streaming bool) int {
+	if streaming {
+		return 1
+	}
+	return most
+}
+
+// nextChunkBlocks is the blocks of the chunk after one of prev blocks: twice as many,
+// up to most.
+func nextChunkBlocks(prev, most int) int { return min(2*prev, most) }
 
 // summary packs what the host reads after a chunk into one [b, s+8] int32 tensor, so
 // a chunk costs one transfer.
@@ -426,7 +449,7 @@ func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild,
 	all := append([]shapes.Shape{
 		shapes.Make(dtypes.Int32, b), scalar(dtypes.Int32), scalar(dtypes.Uint32), scalar(dtypes.Float32),
 		scalar(dtypes.Int32), shapes.Make(dtypes.Int32, maxStops), scalar(dtypes.Int32),
-		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32),
+		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32), scalar(dtypes.Int32),
 	}, inputs...)
 	key = fmt.Sprintf("diffusion/%s/%d/%d/%t/%t/%t/%s", l.mode, l.block, l.window, l.sampling, l.topK, l.topP, key)
 	return d.m.CachedProgram(key, all, func(w *model.Weights, in []*Node) []*Node {

@@ -9,7 +9,8 @@
 //
 // The loop runs on the device: the denoise steps, commits and remasks of one or more
 // blocks run inside one XLA While, and the host reads the state back once per
-// [Config.BlocksPerReadback] blocks. [Decoder.Generate] returns a whole generation,
-// [Decoder.Stream] yields tokens as blocks finish, and [Decoder.GenerateBatch] decodes
+// [Config.BlocksPerReadback] blocks (when streaming, after the first block, then after
+// twice as many blocks each time up to that). [Decoder.Generate] returns a whole
+// generation, [Decoder.Stream] yields tokens as blocks finish, and [Decoder.GenerateBatch] decodes
 // prompts of different lengths together with the same outputs as one by one.
 package diffusion

@@ -14,14 +14,13 @@ import (
 // structure is fixed here; thresholds, limits and stop tokens are inputs ([params]), so
 // one compiled program serves every configuration of a mode and block size.
 type loop struct {
-	m                 *model.Model
-	mode              Mode
-	block             int  // B
-	window            int  // positions per forward: B, or 2B in fused mode, before windowFor pads it
-	mask              int  // MASK token id
-	sampling          bool // candidates are sampled rather than greedy
-	topK, topP        bool // sampling filters in use
-	blocksPerReadback int
+	m          *model.Model
+	mode       Mode
+	block      int  // B
+	window     int  // positions per forward: B, or 2B in fused mode, before windowFor pads it
+	mask       int  // MASK token id
+	sampling   bool // candidates are sampled rather than greedy
+	topK, topP bool // sampling filters in use
 }
 
 // windowFor is the positions per forward at batch rows: the mode's window, padded to
@@ -44,19 +43,21 @@ type params struct {
 	temperature *Node // [] float32
 	topK        *Node // [] int32, 0 for all
 	topP        *Node // [] float32, 1 for all
+	chunkBlocks *Node // [] int32: the blocks a chunk finishes before the host reads
 }
 
 // nodes lists the parameters; paramsFrom is its inverse.
 func (p params) nodes() []*Node {
-	return []*Node{p.promptLen, p.maxNew, p.seed, p.threshold, p.minReveal, p.stops, p.schedule, p.temperature, p.topK, p.topP}
+	return []*Node{p.promptLen, p.maxNew, p.seed, p.threshold, p.minReveal, p.stops, p.schedule, p.temperature, p.topK, p.topP,
+		p.chunkBlocks}
 }
 
 // numParams is the number of params' nodes.
-const numParams = 10
+const numParams = 11
 
 func paramsFrom(n []*Node) params {
 	return params{promptLen: n[0], maxNew: n[1], seed: n[2], threshold: n[3], minReveal: n[4],
-		stops: n[5], schedule: n[6], temperature: n[7], topK: n[8], topP: n[9]}
+		stops: n[5], schedule: n[6], temperature: n[7], topK: n[8], topP: n[9], chunkBlocks: n[10]}
 }
 
 // maxStops is the most stop tokens a decoder takes (EOS included).

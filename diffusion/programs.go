@@ -56,11 +56,11 @@ func (l *loop) prefill(w *model.Weights, p params, seq, tokens *Node) *state {
 	return s
 }
 
-// chunk runs iterations until every row is done or has finished BlocksPerReadback
-// blocks, or maxIters iterations ran: inside one While when inWhile, else exactly one
-// iteration (maxIters must then be 1). It returns the new state, the tokens revealed
-// per iteration [maxIters, b, B] (-1 elsewhere) with each iteration's block start
-// [maxIters, b], and the number of iterations run.
+// chunk runs iterations until every row is done or has finished p.chunkBlocks blocks
+// (at most BlocksPerReadback), or maxIters iterations ran: inside one While when
+// inWhile, else exactly one iteration (maxIters must then be 1). It returns the new
+// state, the tokens revealed per iteration [maxIters, b, B] (-1 elsewhere) with each
+// iteration's block start [maxIters, b], and the number of iterations run.
 //
 // The Go backend compiles closures before its optimisation passes rewrite them (its
 // implicit-broadcast fusion then leaves their nodes unscheduled), so there the host
@@ -89,10 +89,10 @@ func (l *loop) chunk(w *model.Weights, p params, s *state, maxIters int, inWhile
 	if !inWhile {
 		final = body(w, init, p)
 	} else {
-		cond := func(_ *model.Weights, in, _ []*Node) []*Node {
+		cond := func(_ *model.Weights, in, inv []*Node) []*Node {
 			st, iter, blocks, _, _ := split(in)
 			g := iter.Graph()
-			waiting := LogicalAnd(LogicalNot(st.done), LessThan(blocks, Const(g, int32(l.blocksPerReadback))))
+			waiting := LogicalAnd(LogicalNot(st.done), LessThan(blocks, paramsFrom(inv).chunkBlocks))
 			return []*Node{LogicalAnd(LessThan(iter, Const(g, int32(maxIters))), anyTrue(waiting))}
 		}
 		final = w.While(init, p.nodes(), cond, func(w *model.Weights, in, inv []*Node) []*Node {
