@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -14,14 +15,17 @@ import (
 
 // decodeCase is one decoding configuration to time.
 type decodeCase struct {
-	name string
-	cfg  diffusion.Config
+	name      string
+	cfg       diffusion.Config
+	streamed  bool // through Decoder.Stream, at batch 1 only
+	readbacks int  // Config.BlocksPerReadback: 16 unless set
 }
 
 // decodeCases: both presets in fused mode under the two forced schedules, the quality
 // preset in reference mode (a forward per step and per commit, 4-token windows) revealing
-// all, and the autoregressive baseline, those named by -decode. Readbacks every 16
-// blocks keep round trips rare.
+// all, the autoregressive baseline, and the fused quality preset revealing all streamed
+// (at batch 1), its reads after 1, 2, 4, 8 and then every 16 blocks and after every
+// block; those named by -decode. Readbacks every 16 blocks keep round trips rare.
 func decodeCases() []decodeCase {
 	var cases []decodeCase
 	for _, preset := range []string{"quality", "speed"} {
@@ -32,20 +36,24 @@ func decodeCases() []decodeCase {
 			if schedule == diffusion.RevealMin {
 				bound = "lower bound"
 			}
-			cases = append(cases, decodeCase{fmt.Sprintf("fused %s, %s (%s)", preset, schedule, bound), cfg})
+			cases = append(cases, decodeCase{name: fmt.Sprintf("fused %s, %s (%s)", preset, schedule, bound), cfg: cfg})
 		}
 	}
 	reference := diffusion.Quality
 	reference.Mode, reference.Schedule = diffusion.Reference, diffusion.RevealAll
-	cases = append(cases, decodeCase{"reference quality, reveal-all (upper bound)", reference})
+	cases = append(cases, decodeCase{name: "reference quality, reveal-all (upper bound)", cfg: reference})
 	ar := diffusion.Quality
 	ar.Mode = diffusion.Autoregressive
-	cases = append(cases, decodeCase{"autoregressive", ar})
+	cases = append(cases, decodeCase{name: "autoregressive", cfg: ar})
+	streamed := diffusion.Quality
+	streamed.Schedule = diffusion.RevealAll
+	cases = append(cases, decodeCase{name: "fused quality, reveal-all, streamed", cfg: streamed, streamed: true},
+		decodeCase{name: "fused quality, reveal-all, streamed block by block", cfg: streamed, streamed: true, readbacks: 1})
 	var kept []decodeCase
 	for _, c := range cases {
 		if strings.Contains(c.name, *decodeOnly) {
 			c.cfg.MaxNewTokens = *newTokens
-			c.cfg.BlocksPerReadback = 16
+			c.cfg.BlocksPerReadback = cmp.Or(c.readbacks, 16)
 			kept = append(kept, c)
 		}
 	}
@@ -66,12 +74,26 @@ func benchDecode(m *model.Model) []row {
 			}
 		}
 		for _, c := range decodeCases() {
+			if c.streamed && batch != 1 {
+				continue
+			}
 			d, err := diffusion.New(m, c.cfg)
 			check(err)
 			var last []*diffusion.Result
 			run := func() error {
-				last, err = d.GenerateBatch(context.Background(), prompts)
-				return err
+				if !c.streamed {
+					last, err = d.GenerateBatch(context.Background(), prompts)
+					return err
+				}
+				for chunk, err := range d.Stream(context.Background(), prompts[0]) {
+					if err != nil {
+						return err
+					}
+					if chunk.Result != nil {
+						last = []*diffusion.Result{chunk.Result}
+					}
+				}
+				return nil
 			}
 			start := time.Now()
 			if err := run(); err != nil { // warm-up, compiles
