@@ -6,7 +6,7 @@
 #   bash bench/gpu.sh                  peer and bench (~400 s on the H200)
 #   bash bench/gpu.sh peer steps       the same-run comparison: the peer, then batch-1
 #                                      steps and prefill on XLA's backend and ours (~340 s)
-#   bash bench/gpu.sh fixtures         correctness on XLA (~170 s)
+#   bash bench/gpu.sh fixtures         correctness on XLA (~300 s)
 #   bash bench/gpu.sh hlo              our own StableHLO backend against the Go backend
 #                                      and the model fixtures (<= 270 s); hlodecoder: the
 #                                      decoder's fixtures and FP8 on it (<= 540 s)
@@ -61,7 +61,7 @@ section() { echo; echo "=== $* ($(date +%T))"; }
 fixtures() {
   # float32 without TF32 for the exact fixtures; the bf16 test loads bf16 itself.
   section "fixtures on XLA"
-  GOMLX_BACKEND="$XLA_BF16,notf32" timeout 120 .gpu/bin/model.test -test.v \
+  GOMLX_BACKEND="$XLA_BF16,notf32" timeout 240 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' >"$OUT/model.log" 2>&1
   echo "model: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|bf16:|position' "$OUT/model.log" | head -20
   GOMLX_BACKEND="$XLA_BF16,notf32" timeout 240 .gpu/bin/diffusion.test -test.v \
