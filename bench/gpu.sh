@@ -119,6 +119,8 @@ backend_config() {
     bdxla-gemv-attention-fold-pdl-rope-norm-place) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm),triton=place" ;;
     ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place ;; # what backend.Select picks on CUDA
     ours-gemv-all) echo "$(backend_config ours),triton=gemv-all" ;; # and every product of 1-8 rows our GEMV
+    ours-no-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=place" ;; # ours less triton=norm
+    ours-no-pdl) echo "$(backend_config bdxla-gemv-attention-fold),triton=rope,triton=norm,triton=place" ;; # ours less triton=pdl
   esac
 }
 
@@ -508,7 +510,9 @@ decodeab() {
 decodelabels() {
   # Decoding at BATCHES of this build on each backend label of LABELS (default
   # bdxla-gemv and ours: the plain attention against our kernels),
-  # alternating, ROUNDS rounds (default 2); DECODE as decodeab.
+  # alternating, ROUNDS rounds (default 2); DECODE as decodeab. Batch 64's loop, slower
+  # than run CH's code (BENCHMARKS.md, "Batch 64 now"): BATCHES=64 DECODE="fused
+  # quality, reveal-all" LABELS="ours ours-no-norm ours-no-pdl" ROUNDS=3.
   local round label
   for round in $(seq "${ROUNDS:-2}"); do
     for label in ${LABELS:-bdxla-gemv ours}; do
