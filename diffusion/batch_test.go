@@ -107,6 +107,7 @@ func TestStreamAndCancel(t *testing.T) {
 	var streamed []int
 	var final *Result
 	chunks := 0
+	readBlocks := firstChunkBlocks(cfg.BlocksPerReadback, true) // the blocks of the next read
 	for c, err := range d.Stream(context.Background(), prompt) {
 		require.NoError(t, err)
 		streamed = append(streamed, c.Tokens...)
@@ -114,15 +115,14 @@ func TestStreamAndCancel(t *testing.T) {
 			final = c.Result
 			continue
 		}
-		readBlocks := min(1<<chunks, cfg.BlocksPerReadback)
 		require.LessOrEqual(t, len(c.Tokens), readBlocks*cfg.BlockSize, "chunk %d is at most the %d blocks of its read", chunks, readBlocks)
-		chunks++
+		chunks, readBlocks = chunks+1, nextChunkBlocks(readBlocks, cfg.BlocksPerReadback)
 	}
 	require.Equal(t, whole.Tokens, streamed)
 	require.NotNil(t, final)
 	require.Equal(t, whole.Tokens, final.Tokens)
 	reads := 0 // the fewest reads that cover the generation: after 1, 2, 4, ... blocks
-	for blocks, next := 0, 1; blocks*cfg.BlockSize < len(whole.Tokens); blocks, next = blocks+next, min(2*next, cfg.BlocksPerReadback) {
+	for blocks, next := 0, firstChunkBlocks(cfg.BlocksPerReadback, true); blocks*cfg.BlockSize < len(whole.Tokens); blocks, next = blocks+next, nextChunkBlocks(next, cfg.BlocksPerReadback) {
 		reads++
 	}
 	require.Greater(t, reads, 3, "a generation long enough to ramp")

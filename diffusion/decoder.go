@@ -189,6 +189,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	if topP == 0 {
 		topP = 1
 	}
+	chunkBlocks := firstChunkBlocks(cfg.BlocksPerReadback, emit != nil)
 	common := []*tensors.Tensor{
 		tensors.FromFlatDataAndDimensions(promptLen, b),
 		tensors.FromScalar(int32(cfg.MaxNewTokens)),
@@ -200,10 +201,8 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		tensors.FromScalar(float32(max(cfg.Temperature, 1e-6))),
 		tensors.FromScalar(int32(cfg.TopK)),
 		tensors.FromScalar(float32(topP)),
-		nil, // chunkBlocks, set before each chunk
+		tensors.FromScalar(int32(chunkBlocks)), // replaced as the chunks grow
 	}
-	chunkBlocks := firstChunkBlocks(cfg.BlocksPerReadback, emit != nil)
-	common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))
 
 	results := make([]*Result, b)
 	for i := range results {
