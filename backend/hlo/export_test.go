@@ -39,3 +39,7 @@ func DeviceAddress(b compute.Buffer) (uintptr, error) {
 	p, err := buf.device.UnsafePointer()
 	return uintptr(p), err
 }
+
+// E4M3BFloat16Bits is the bfloat16 bits of an FP8 E4M3FN byte, as the backend
+// recognises package quant's decoding table by.
+var E4M3BFloat16Bits = e4m3BFloat16Bits

@@ -30,12 +30,17 @@ type origin struct {
 	scalar *float64 // a float32 or int32 constant scalar's
 	x, w   *value   // a dense product's (denseProduct)
 	config compute.DotGeneralConfig
+	// e4m3 is the bytes a Gather decodes as FP8 E4M3FN values, e4m3Table whether a
+	// constant is the table it decodes them with (fp8.go).
+	e4m3      *value
+	e4m3Table bool
 }
 
 // recordsOrigins reports whether b keeps how values were made (origin): with option
-// triton=fold, triton=rope, triton=norm or triton=place, whose recognisers read it.
+// triton=gemv (for FP8 weights, fp8.go), triton=fold, triton=rope, triton=norm or
+// triton=place, whose recognisers read it.
 func (b *Backend) recordsOrigins() bool {
-	return b.tritonFold || b.tritonRope || b.tritonNorm || b.tritonPlace
+	return b.tritonGEMV != gemvNone || b.tritonFold || b.tritonRope || b.tritonNorm || b.tritonPlace
 }
 
 // record notes, where the backend records origins, that out was made by op from args.

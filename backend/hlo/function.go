@@ -205,10 +205,7 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
 	out := f.wrap(v)
-	if f.builder.backend.recordsOrigins() && fv.Len() == 1 && (dtype == dtypes.Float32 || dtype == dtypes.Int32) {
-		scalar := fv.Index(0).Convert(reflect.TypeFor[float64]()).Float()
-		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
-	}
+	f.recordConstant(out, flat)
 	return out, nil
 }
 

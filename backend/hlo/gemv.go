@@ -94,9 +94,10 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 }
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
-// triton lowers the product (triton=gemv: only where lowersWhereFaster; triton=gemv-all:
-// always) and it is a dense layer of a few rows: lhs [..., K] and rhs
-// [N, K] both bfloat16, contracting lhs's last axis with rhs's axis 1, no batch axes,
+// triton lowers the product (triton=gemv: only where lowersWhereFaster, or always for
+// FP8 bytes; triton=gemv-all: always) and it is a dense layer of a few rows: lhs [...,
+// K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8 E4M3FN bytes (the weight
+// that e4m3Bytes found decoded), contracting lhs's last axis with rhs's axis 1, no batch axes,
 // M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile, and an
 // output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
 // [..., N]. ok is false, with no op added, for every other product; err is set (with
@@ -105,7 +106,8 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
 	ls, rs := lhs.Shape(), rhs.Shape()
-	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || rs.DType != dtypes.BFloat16 ||
+	fp8 := rs.DType == dtypes.Uint8
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) ||
 		len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
 		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
 		return nil, false, nil
@@ -119,7 +121,9 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	for _, d := range rows {
 		m *= d
 	}
-	if f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k) {
+	// A GEMV reading the bytes beats XLA's product, which reads the decoded weight
+	// written out by a kernel of its own, at every row count it has a tile for.
+	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
 		return nil, false, nil
 	}
 	t, ok := gemvTile(m, n, k)

@@ -28,6 +28,7 @@ import (
 	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
 	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
 )
 
 // The tests of this file run programs on a PJRT plugin and compare their results with
@@ -433,6 +434,35 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 					add(s.Step(tokens[4:5]))
 				})
 			t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
+		})
+	}
+}
+
+// The fixture models with their linear layers quantized to FP8 (package quant's
+// defaults: per-channel scales, weights decoded by its table) give the plain backend's
+// logits with triton=gemv-all, whose GEMVs read the weight bytes themselves (fp8.go)
+// where XLA decodes them into bfloat16 first, within TestTritonGEMVModelsMatch's
+// tolerance: both multiply x by each byte's exact value and sum in float32, in
+// another order.
+func TestTritonGEMVFP8ModelsMatch(t *testing.T) {
+	plain, lowered := tritonBackends(t)
+	tokens := testTokens
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			worst := requireBF16WindowsMatch(t, lowered, plain, dir,
+				[]string{"4 tokens", "prefill", "step of 3", "step of 1"},
+				func(m *model.Model, add func([][]float32, error)) {
+					require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
+					add(m.Logits(tokens[:4], 4))
+					s, err := m.NewSession(32, 4)
+					require.NoError(t, err)
+					defer s.Close()
+					last, err := s.Prefill(tokens[:4])
+					add([][]float32{last}, err)
+					add(s.Step(tokens[4:7]))
+					add(s.Step(tokens[4:5]))
+				})
+			t.Logf("max |GEMV on FP8 bytes - decoded dot| / max |decoded dot| over the logits: %.2g", worst)
 		})
 	}
 }

@@ -281,10 +281,20 @@ func windowText(t *testing.T, b *hlo.Backend, dir string, batch, width int) (tex
 // or, writes false, nothing (a denoise step).
 func windowTextWrites(t *testing.T, b *hlo.Backend, dir string, batch, width int, writes bool) (text string, layers int) {
 	t.Helper()
+	return windowTextOf(t, b, dir, batch, width, writes, nil)
+}
+
+// windowTextOf is windowTextWrites of the model that prepare (when not nil) changes
+// after loading it.
+func windowTextOf(t *testing.T, b *hlo.Backend, dir string, batch, width int, writes bool, prepare func(*model.Model) error) (text string, layers int) {
+	t.Helper()
 	m, err := model.Load(b, dir, model.LoadOptions{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
 	require.Equal(t, dtypes.BFloat16, m.DType)
+	if prepare != nil {
+		require.NoError(t, prepare(m))
+	}
 	inputs := []shapes.Shape{i32(batch, width), i32(batch)}
 	for range 2 * m.Config.NumLayers {
 		inputs = append(inputs, m.CacheShape(batch, 32))

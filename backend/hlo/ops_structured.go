@@ -345,6 +345,15 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	if err != nil {
 		return nil, opError(op, err)
 	}
+	if bytes := e4m3Bytes(rhs); bytes != nil {
+		b, err := f.operands(bytes)
+		if err != nil {
+			return nil, opError(op, err)
+		}
+		if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, b[0], rhsContractingAxes, rhsBatchAxes, config); ok {
+			return f.result(op, v, err)
+		}
+	}
 	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	if err == nil {
 		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
@@ -388,7 +397,11 @@ func (f *Function) Gather(operand, startIndices compute.Value, indexVectorAxis i
 	}
 	v, err := stablehlo.Gather(vs[0], vs[1], indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, nil, nil,
 		startIndexMap, sliceSizes, indicesAreSorted)
-	return f.result(op, v, err)
+	out, err := f.result(op, v, err)
+	if err == nil {
+		f.recordE4M3Gather(out, operand, startIndices, indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, startIndexMap, sliceSizes)
+	}
+	return out, err
 }
 
 // scatter scatters updates into operand at scatterIndices, combining with combine.

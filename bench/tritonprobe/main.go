@@ -310,7 +310,7 @@ func printPrograms(run []layerShape) {
 			show(gemmPrograms(s, m, "xla", xlaGEMM))
 			for _, t := range tiles[m] {
 				fmt.Printf("// TTIR of %s at %d rows, tile %v:\n//   %s\n", s.name, m, t,
-					strings.ReplaceAll(must(triton.GEMVTTIR(m, s.n, s.k, t, dtypes.BFloat16)), "\n", "\n//   "))
+					strings.ReplaceAll(must(triton.GEMVTTIR(m, s.n, s.k, t, dtypes.BFloat16, dtypes.BFloat16)), "\n", "\n//   "))
 				show(gemmPrograms(s, m, tileLabel(t), tritonGEMM(t)))
 			}
 		}

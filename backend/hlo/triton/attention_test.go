@@ -350,7 +350,7 @@ func TestPlacedWindowAttentionTTIR(t *testing.T) {
 // The GEMV kernels pass the same checks.
 func TestGEMVWellFormed(t *testing.T) {
 	for _, tile := range []Tile{{BN: 8, BK: 256, Stages: 3}, {BN: 32, BK: 128, Stages: 4, Dot: true}} {
-		text, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16)
+		text, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
 		require.NoError(t, err)
 		requireWellFormed(t, text)
 	}

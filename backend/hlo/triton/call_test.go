@@ -20,7 +20,9 @@ func TestGEMVCall(t *testing.T) {
 		shapes.Make(dtypes.Float32, 3, 256))
 	x, w, x32 := in[0], in[1], in[2]
 	_, err := Kernels{}.GEMV(x32, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
-	require.ErrorContains(t, err, "both bfloat16")
+	require.ErrorContains(t, err, "want x [m, k] bfloat16")
+	_, err = Kernels{}.GEMV(x, x32, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
+	require.ErrorContains(t, err, "w [n, k] bfloat16 or uint8")
 	_, err = Kernels{}.GEMV(w, w, Tile{BN: 8, BK: 128, Stages: 1}, dtypes.Float32)
 	require.ErrorContains(t, err, "at 40 rows")
 	_, err = Kernels{}.GEMV(x, w, Tile{BN: 16, BK: 128, Stages: 1}, dtypes.Float32)
@@ -29,6 +31,12 @@ func TestGEMVCall(t *testing.T) {
 	require.NoError(t, err)
 	program := requireOneCall(t, fn, y, "-> tensor<3x40xf32>")
 	require.Contains(t, program, "num_warps = 4 : i32")
+
+	fn, in = inputs(t, "gemv_fp8", shapes.Make(dtypes.BFloat16, 3, 256), shapes.Make(dtypes.Uint8, 40, 256))
+	y, err = Kernels{}.GEMV(in[0], in[1], Tile{BN: 8, BK: 128, Stages: 1}, dtypes.BFloat16)
+	require.NoError(t, err)
+	program = requireOneCall(t, fn, y, "-> tensor<3x40xbf16>")
+	require.Contains(t, program, "tt.fp_to_fp", "FP8 bytes are read as their values")
 }
 
 // inputs starts the main function of a program name with inputs of shapes ins.
@@ -106,7 +114,7 @@ func TestGEMVResidualCall(t *testing.T) {
 	require.Contains(t, ir, "%w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
 	require.Contains(t, ir, "%res0 = arith.addf %rv0, %sum0 : tensor<8xf32>")
 	require.Contains(t, ir, "tt.store %yp0, %res0")
-	plain, err := GEMVTTIR(1, 40, 256, tile, dtypes.Float32)
+	plain, err := GEMVTTIR(1, 40, 256, tile, dtypes.BFloat16, dtypes.Float32)
 	require.NoError(t, err)
 	require.NotContains(t, plain, "%r: ")
 	require.NotContains(t, plain, "%rbase")
@@ -145,9 +153,9 @@ func TestLaunchMarks(t *testing.T) {
 	norm := Norm{InvK: 1.0 / 256, Eps: 1e-6}
 	row, dot := Tile{BN: 8, BK: 128, Stages: 3}, Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
 	texts := map[string]func() (string, error){
-		"gemm, 1 row":      func() (string, error) { return GEMVTTIR(1, 64, 256, row, dtypes.BFloat16) },
-		"gemm, 4 rows":     func() (string, error) { return GEMVTTIR(4, 64, 256, row, dtypes.Float32) },
-		"gemm, a Dot tile": func() (string, error) { return GEMVTTIR(4, 64, 256, dot, dtypes.BFloat16) },
+		"gemm, 1 row":      func() (string, error) { return GEMVTTIR(1, 64, 256, row, dtypes.BFloat16, dtypes.BFloat16) },
+		"gemm, 4 rows":     func() (string, error) { return GEMVTTIR(4, 64, 256, row, dtypes.BFloat16, dtypes.Float32) },
+		"gemm, a Dot tile": func() (string, error) { return GEMVTTIR(4, 64, 256, dot, dtypes.BFloat16, dtypes.BFloat16) },
 		"gemm_norm":        func() (string, error) { return GEMVNormTTIR(64, 256, row, norm) },
 		"gemm, residual":   func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row) },
 		"gemm_swiglu":      func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row) },

@@ -94,31 +94,53 @@ func powerOfTwoAtLeast(n int) int {
 	return p
 }
 
-// elementType is dtype's TTIR name.
+// elementType is dtype's TTIR name: uint8 holds FP8 E4M3FN bytes.
 func elementType(dtype dtypes.DType) string {
-	if dtype == dtypes.Float32 {
+	switch dtype {
+	case dtypes.Float32:
 		return "f32"
+	case dtypes.Uint8:
+		return "f8E4M3FN"
 	}
 	return "bf16"
 }
 
+// weightToFloat32 converts a [BN, BK] tile %wv of W's element type to float32 %wf: FP8
+// through float16, which holds every E4M3FN value exactly and which sm_89 and later
+// convert to in one instruction per pair.
+func weightToFloat32(w dtypes.DType) string {
+	if w == dtypes.Uint8 {
+		return `      %wh = tt.fp_to_fp %wv : tensor<$BNx$BKxf8E4M3FN> -> tensor<$BNx$BKxf16>
+      %wf = arith.extf %wh : tensor<$BNx$BKxf16> to tensor<$BNx$BKxf32>
+`
+	}
+	return "      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>\n"
+}
+
 // GEMVTTIR is the TTIR module of the kernel @gemm: y[:, n0:n0+bn] = x·W[n0:n0+bn, :]ᵀ for
-// its program's n0, with W [n, k] and x [m, k] bfloat16 row-major and y [m, n] of dtype
-// out, its arguments x, W and y in that order. It is a 1-row kernel with its work
+// its program's n0, with x [m, k] bfloat16 and W [n, k] of dtype w row-major, and y [m,
+// n] of dtype out, its arguments x, W and y in that order. W is bfloat16, or uint8
+// holding FP8 E4M3FN bytes, which the kernel reads as such (a 1-row tile only): the
+// product of x and the bytes' exact values, half the bytes of a bfloat16 W. It is a 1-row kernel with its work
 // written out once per row of x: each K step loads the [bn, bk] W tile once and
 // multiplies it into one [bn, bk] float32 accumulator per row, reduced over K at the
 // end; a bfloat16 y rounds the sums (arith.truncf), a float32 y stores them. A tile of
 // Stages > 1 marks the K loop with tt.num_stages: without it, Triton pipelines no load
 // of a loop that has no tt.dot. It runs n/bn programs (GEMV's grid); see CheckGEMV for
 // what it needs.
-func GEMVTTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
+func GEMVTTIR(m, n, k int, t Tile, w, out dtypes.DType) (string, error) {
 	if err := CheckGEMV(m, n, k, t, out); err != nil {
 		return "", err
 	}
-	if t.Dot {
+	switch {
+	case w != dtypes.BFloat16 && w != dtypes.Uint8:
+		return "", fmt.Errorf("triton: GEMV: W of %s: only bfloat16, or uint8 holding FP8 E4M3FN bytes", w)
+	case t.Dot && w != dtypes.BFloat16:
+		return "", fmt.Errorf("triton: GEMV: tile %v: a Dot tile takes only a bfloat16 W", t)
+	case t.Dot:
 		return dotTTIR(m, n, k, t, out), nil
 	}
-	return rowsTTIR(m, n, k, t, out, false), nil
+	return rowsTTIR(m, n, k, t, w, out, false), nil
 }
 
 // GEMVResidualTTIR is GEMVTTIR's kernel of a float32 y that adds the float32 residual
@@ -128,12 +150,12 @@ func GEMVResidualTTIR(m, n, k int, t Tile) (string, error) {
 	if err := checkRowTile("GEMV with a residual", m, n, k, t); err != nil {
 		return "", err
 	}
-	return rowsTTIR(m, n, k, t, dtypes.Float32, true), nil
+	return rowsTTIR(m, n, k, t, dtypes.BFloat16, dtypes.Float32, true), nil
 }
 
-// rowsTTIR writes GEMVTTIR's 1-row kernel, adding the residual r when residual is set
-// (GEMVResidualTTIR).
-func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
+// rowsTTIR writes GEMVTTIR's 1-row kernel of a W of dtype w, adding the residual r
+// when residual is set (GEMVResidualTTIR).
+func rowsTTIR(m, n, k int, t Tile, w, out dtypes.DType, residual bool) string {
 	var b strings.Builder
 	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
 	// offsets of its x and y rows, $acc its accumulator after the loop.
@@ -215,15 +237,15 @@ func rowsTTIR(m, n, k int, t Tile, out dtypes.DType, residual bool) string {
 	b.WriteString(`    tt.return
   }
 }`)
-	return rowKernel(b.String(), k, t, "$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"),
+	return rowKernel(b.String(), k, t, w, "$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"),
 		"$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "), "$YIELDS", rowList("%%s%d"),
 		"$YT", elementType(out))
 }
 
-// kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (y of element type
-// $YT), then programStart.
+// kernelHead opens both GEMV kernels: the function @gemm(x, W, y) (W of element type
+// $WT, y of $YT), then programStart.
 const kernelHead = `module {
-  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+  tt.func public @gemm(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<$WT> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
 ` + programStart
 
 // programStart follows the signature of every GEMV kernel: its wait mark, the constants
@@ -247,7 +269,7 @@ func checkRowTile(what string, m, n, k int, t Tile) error {
 }
 
 // rowTile follows the program offset %n0 in every 1-row kernel: its rows %rows of W
-// and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1
+// (of element type $WT) and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1
 // ([BK]; %rk2 the same as [1, BK]).
 const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
     %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
@@ -260,17 +282,16 @@ const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : te
     %rk2 = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
     %rkb = tt.broadcast %rk2 : tensor<1x$BKxi32> -> tensor<$BNx$BKxi32>
     %woff = arith.addi %rowoffb, %rkb : tensor<$BNx$BKxi32>
-    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BNx$BKx!tt.ptr<bf16>>
-    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
+    %wbase = tt.splat %w : !tt.ptr<$WT> -> tensor<$BNx$BKx!tt.ptr<$WT>>
+    %wp0 = tt.addptr %wbase, %woff : tensor<$BNx$BKx!tt.ptr<$WT>>, tensor<$BNx$BKxi32>
 `
 
 // wTile opens the K loop of every 1-row kernel: W's [BN, BK] tile of step %k, as
-// float32 %wf.
+// float32 %wf ($WF, weightToFloat32).
 const wTile = `      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<bf16>>, tensor<$BNx$BKxi32>
-      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<bf16>>
-      %wf = arith.extf %wv : tensor<$BNx$BKxbf16> to tensor<$BNx$BKxf32>
-`
+      %wp = tt.addptr %wp0, %kw : tensor<$BNx$BKx!tt.ptr<$WT>>, tensor<$BNx$BKxi32>
+      %wv = tt.load %wp : tensor<$BNx$BKx!tt.ptr<$WT>>
+$WF`
 
 // sumTile reduces a 1-row kernel's accumulator acc [BN, BK] after its K loop to its
 // rows' sums %sum [BN].
@@ -293,10 +314,12 @@ func storeRows(y string) string {
 }`
 }
 
-// rowKernel fills in the text of a 1-row kernel of W [n, k] and tile t: $K, $BN, $BK
-// and $LOOPATTR, then each pair of extra (placeholder, value).
-func rowKernel(text string, k int, t Tile, extra ...string) string {
-	pairs := append([]string{"$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
+// rowKernel fills in the text of a 1-row kernel of W [n, k] of dtype w and tile t:
+// $WF (first: it holds the others), $WT, $K, $BN, $BK and $LOOPATTR, then each pair of
+// extra (placeholder, value).
+func rowKernel(text string, k int, t Tile, w dtypes.DType, extra ...string) string {
+	text = strings.ReplaceAll(text, "$WF", weightToFloat32(w))
+	pairs := append([]string{"$WT", elementType(w), "$K", fmt.Sprint(k), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
 		"$LOOPATTR", t.loopAttr()}, extra...)
 	return strings.NewReplacer(pairs...).Replace(text)
 }
@@ -375,5 +398,5 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
 	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", DotRows, t.BK), "$RxBN", fmt.Sprintf("%dx%d", DotRows, t.BN),
 		"$Rx", fmt.Sprintf("%dx", DotRows), "$R ", fmt.Sprintf("%d ", DotRows), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
 		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
-		"$LOOPATTR", t.loopAttr(), "$YT", elementType(out)).Replace(text)
+		"$LOOPATTR", t.loopAttr(), "$WT", "bf16", "$YT", elementType(out)).Replace(text)
 }

@@ -27,7 +27,7 @@ func TestCheckGEMV(t *testing.T) {
 	} {
 		require.ErrorContains(t, CheckGEMV(c.m, c.n, c.k, c.tile, c.out), c.want, "%+v", c)
 	}
-	_, err := GEMVTTIR(1, 64, 24, Tile{BN: 8, BK: 16, Stages: 1}, dtypes.BFloat16)
+	_, err := GEMVTTIR(1, 64, 24, Tile{BN: 8, BK: 16, Stages: 1}, dtypes.BFloat16, dtypes.BFloat16)
 	require.ErrorContains(t, err, "does not divide")
 }
 
@@ -35,9 +35,9 @@ func TestCheckGEMV(t *testing.T) {
 // the kernel is the same.
 func TestGEMVOutputDTypes(t *testing.T) {
 	tile := Tile{BN: 8, BK: 64, Stages: 3}
-	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16)
+	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.BFloat16)
 	require.NoError(t, err)
-	f32, err := GEMVTTIR(2, 96, 128, tile, dtypes.Float32)
+	f32, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
 	require.NoError(t, err)
 
 	require.Equal(t, 2, strings.Count(bf16, "arith.truncf"))
@@ -79,7 +79,7 @@ func TestDotTile(t *testing.T) {
 		require.ErrorContains(t, CheckGEMV(c.m, 2560, 2048, c.tile, dtypes.BFloat16), "a Dot tile needs", "%+v", c)
 	}
 
-	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16)
+	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
 	require.NoError(t, err)
 	for _, want := range []string{
 		"%mlast = arith.constant dense<3> : tensor<16xi32>",
@@ -94,8 +94,40 @@ func TestDotTile(t *testing.T) {
 		require.Contains(t, bf16, want)
 	}
 	require.NotContains(t, bf16, "$", "every placeholder replaced")
-	f32, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.Float32)
+	f32, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.Float32)
 	require.NoError(t, err)
 	require.NotContains(t, f32, "arith.truncf")
 	require.Contains(t, f32, "tt.store %yp, %acc, %store : tensor<16x32x!tt.ptr<f32>>")
+}
+
+// A uint8 W is FP8 E4M3FN bytes: the kernel's W pointer and loads are of f8E4M3FN,
+// each tile converted through float16 to float32; the rest of the kernel, x's loads
+// included, is the bfloat16 W's. Other W dtypes, and Dot tiles with FP8, are refused.
+func TestGEMVFP8Weight(t *testing.T) {
+	tile := Tile{BN: 8, BK: 64, Stages: 3}
+	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
+	require.NoError(t, err)
+	fp8, err := GEMVTTIR(2, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
+	require.NoError(t, err)
+	require.Contains(t, fp8, "%w: !tt.ptr<f8E4M3FN>")
+	require.Contains(t, fp8, "%wv = tt.load %wp : tensor<8x64x!tt.ptr<f8E4M3FN>>")
+	require.Contains(t, fp8, "%wh = tt.fp_to_fp %wv : tensor<8x64xf8E4M3FN> -> tensor<8x64xf16>")
+	require.Contains(t, fp8, "%wf = arith.extf %wh : tensor<8x64xf16> to tensor<8x64xf32>")
+	require.Contains(t, fp8, "%xv1 = tt.load %xk1 : tensor<64x!tt.ptr<bf16>>")
+	require.NotContains(t, fp8, "$")
+
+	var kept []string
+	for line := range strings.SplitSeq(fp8, "\n") {
+		if !strings.Contains(line, "tt.fp_to_fp") {
+			kept = append(kept, line)
+		}
+	}
+	same := strings.NewReplacer("f8E4M3FN", "bf16", "%wf = arith.extf %wh : tensor<8x64xf16>", "%wf = arith.extf %wv : tensor<8x64xbf16>").
+		Replace(strings.Join(kept, "\n"))
+	require.Equal(t, bf16, same)
+
+	_, err = GEMVTTIR(2, 96, 128, tile, dtypes.Float32, dtypes.Float32)
+	require.ErrorContains(t, err, "only bfloat16, or uint8")
+	_, err = GEMVTTIR(2, 96, 128, Tile{BN: 16, BK: 64, Stages: 1, Dot: true}, dtypes.Uint8, dtypes.Float32)
+	require.ErrorContains(t, err, "a Dot tile takes only a bfloat16 W")
 }

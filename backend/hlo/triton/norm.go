@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/gomlx/compute/dtypes"
 )
 
 // Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
@@ -57,7 +59,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
 ` + launchMark + `` + sumTile("%loop#0") + invRMS("%loop#1", "$BK") + `    %invs = tt.broadcast %iv : tensor<1xf32> -> tensor<$BNxf32>
     %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
 ` + storeRows("%yv")
-	return rowKernel(text, k, t, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
+	return rowKernel(text, k, t, dtypes.BFloat16, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
 }
 
 // invRMS is a row's 1/rms %iv [1] from its squares [1, width] (in tiles, summed

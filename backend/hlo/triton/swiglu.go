@@ -1,5 +1,7 @@
 package triton
 
+import "github.com/gomlx/compute/dtypes"
+
 // GEMVSwiGLUResidualTTIR is the TTIR module of the kernel @gemm_swiglu: for one float32
 // row gu [2k] (gate, then up), W [n, k] bfloat16 and the float32 residual r [n],
 // y[n0:n0+bn] = r + bf16(gate·σ(gate)·up) · W[n0:n0+bn, :]ᵀ, float32, its arguments gu,
@@ -44,5 +46,5 @@ func GEMVSwiGLUResidualTTIR(n, k int, t Tile) (string, error) {
     %rv = tt.load %rp : tensor<$BNx!tt.ptr<f32>>
     %res = arith.addf %rv, %sum : tensor<$BNxf32>
 ` + storeRows("%res")
-	return rowKernel(text, k, t), nil
+	return rowKernel(text, k, t, dtypes.BFloat16), nil
 }

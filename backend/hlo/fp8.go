@@ -1,0 +1,113 @@
+//go:build cgo && !noxla
+
+package hlo
+
+import (
+	"math"
+	"reflect"
+	"slices"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+)
+
+// FP8 weights reach the backend as uint8 bytes that the graph decodes itself: neither
+// GoMLX nor go-xla has a float8 dtype (package quant's FP8Linear, with its default
+// table decoder: a Gather from a 256-entry constant of each byte's E4M3FN value in
+// bfloat16, indexed by the bytes). XLA then writes the decoded bfloat16 weight out and
+// reads it back for every product, 5 bytes of traffic a weight instead of the byte the
+// checkpoint holds. With option triton=gemv, a product of a few rows whose weight is so
+// decoded runs our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads
+// each as its E4M3FN value; the Gather is then left unused, for XLA to remove.
+
+// e4m3TableSize is the entries of a decoding table: one per byte.
+const e4m3TableSize = 256
+
+// isE4M3Table reports whether flat, a constant's values, is the table of each byte's
+// E4M3FN value as bfloat16 bits (uint16), as package quant's decoder builds it.
+func isE4M3Table(flat any) bool {
+	table, ok := flat.([]uint16)
+	if !ok || len(table) != e4m3TableSize {
+		return false
+	}
+	for b, bits := range table {
+		if bits != e4m3BFloat16Bits(uint8(b)) {
+			return false
+		}
+	}
+	return true
+}
+
+// e4m3BFloat16Bits is the bfloat16 bits of FP8 E4M3FN byte b (1 sign bit, 4 exponent
+// bits with bias 7, 3 mantissa bits; exponent 0 subnormal; 0x7f and 0xff a quiet NaN
+// of b's sign), exact: every E4M3FN value fits bfloat16.
+func e4m3BFloat16Bits(b uint8) uint16 {
+	sign := uint16(b>>7) << 15
+	exponent, mantissa := int(b>>3&0xf), float64(b&7)
+	if b&0x7f == 0x7f {
+		return sign | 0x7fc0
+	}
+	value := math.Ldexp(mantissa, -9) // subnormal: mantissa × 2^-6 / 8
+	if exponent > 0 {
+		value = math.Ldexp(8+mantissa, exponent-10) // (1 + mantissa/8) × 2^(exponent-7)
+	}
+	return sign | uint16(math.Float32bits(float32(value))>>16)
+}
+
+// e4m3Bytes returns the uint8 bytes that w decodes, where w is the Gather of package
+// quant's table decoder: Gather(Bitcast(table, bfloat16), Reshape(ConvertDType(bytes,
+// int32))) with bytes of w's shape, one index per element; nil for any other value.
+func e4m3Bytes(w compute.Value) *value {
+	v, ok := w.(*value)
+	if !ok || opOf(v) != compute.OpTypeGather || v.shape.DType != dtypes.BFloat16 {
+		return nil
+	}
+	return v.origin.e4m3
+}
+
+// recordE4M3Gather notes on out, a Gather of operand at indices with its axes, the
+// bytes it decodes when it is package quant's table decoder (e4m3Bytes).
+func (f *Function) recordE4M3Gather(out, operand, indices compute.Value, indexVectorAxis int,
+	offsetOutputAxes, collapsedSliceAxes, startIndexMap, sliceSizes []int) {
+	o, ok1 := out.(*value)
+	table, ok2 := operand.(*value)
+	index, ok3 := indices.(*value)
+	if !f.builder.backend.recordsOrigins() || !ok1 || !ok2 || !ok3 || opOf(table) != compute.OpTypeBitcast ||
+		table.shape.DType != dtypes.BFloat16 || !table.origin.args[0].isE4M3Table() ||
+		indexVectorAxis != index.shape.Rank()-1 || len(offsetOutputAxes) != 0 || !slices.Equal(collapsedSliceAxes, []int{0}) ||
+		!slices.Equal(startIndexMap, []int{0}) || !slices.Equal(sliceSizes, []int{1}) || opOf(index) != compute.OpTypeReshape {
+		return
+	}
+	converted := index.origin.args[0]
+	if opOf(converted) != compute.OpTypeConvertDType {
+		return
+	}
+	bytes := converted.origin.args[0]
+	if bytes.shape.DType != dtypes.Uint8 || !slices.Equal(bytes.shape.Dimensions, o.shape.Dimensions) {
+		return
+	}
+	o.origin = &origin{op: compute.OpTypeGather, args: []*value{table, index}, e4m3: bytes}
+}
+
+// isE4M3Table reports whether v is a constant that isE4M3Table recognised.
+func (v *value) isE4M3Table() bool {
+	return v != nil && v.origin != nil && v.origin.op == compute.OpTypeConstant && v.origin.e4m3Table
+}
+
+// recordConstant notes on out, a constant of flat's values, a float32 or int32
+// scalar's value (fold.go's recognisers read it) and whether it is an E4M3FN decoding
+// table.
+func (f *Function) recordConstant(out *value, flat any) {
+	if !f.builder.backend.recordsOrigins() {
+		return
+	}
+	fv := reflect.ValueOf(flat)
+	dtype := out.shape.DType
+	switch {
+	case fv.Len() == 1 && (dtype == dtypes.Float32 || dtype == dtypes.Int32):
+		scalar := fv.Index(0).Convert(reflect.TypeFor[float64]()).Float()
+		out.origin = &origin{op: compute.OpTypeConstant, scalar: &scalar}
+	case isE4M3Table(flat):
+		out.origin = &origin{op: compute.OpTypeConstant, e4m3Table: true}
+	}
+}

@@ -1,0 +1,66 @@
+//go:build cgo && !noxla
+
+package hlo_test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/backend/hlo"
+	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
+)
+
+// The backend's E4M3FN values, which it recognises package quant's decoding table by,
+// are quant's codec's, each exact in bfloat16; the two NaN bytes a quiet NaN of their
+// sign, as quant's table holds them.
+func TestE4M3BFloat16Bits(t *testing.T) {
+	for b := range 256 {
+		bits := hlo.E4M3BFloat16Bits(uint8(b))
+		v := quant.DecodeE4M3(uint8(b))
+		if math.IsNaN(float64(v)) {
+			require.Equal(t, uint16(b>>7)<<15|0x7fc0, bits, "byte %#x", b)
+			continue
+		}
+		f := math.Float32bits(v)
+		require.Zero(t, f&0xffff, "byte %#x: %g is exact in bfloat16", b, v)
+		require.Equal(t, uint16(f>>16), bits, "byte %#x: %g", b, v)
+	}
+}
+
+// With option triton=gemv, every FP8 linear layer of a quantized fixture model (its
+// weight bytes decoded by quant's table) runs as our GEMV on the bytes themselves at
+// 4 and 8 rows, where bfloat16 weights keep XLA's products: one call reading
+// f8E4M3FN per layer's qkv, o, gate/up and down, and no dense product left but the
+// head's (bfloat16). At 16 rows, past the GEMV's, every product stays XLA's.
+func TestTritonGEMVFP8InModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			for _, batch := range []int{1, 2, 4} {
+				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
+				fp8 := tritonCallsWith(text, "!tt.ptr<f8E4M3FN>")
+				dense, _ := denseDots(text)
+				if batch == 4 {
+					require.Zero(t, fp8, "16 rows: XLA's products")
+					continue
+				}
+				require.Equal(t, 4*layers, fp8, "batch %d: one GEMV on the bytes per FP8 layer", batch)
+				require.Equal(t, 1, dense, "batch %d: only the head's product is XLA's", batch)
+				for _, c := range tritonCalls(text) {
+					if strings.Contains(c, "f8E4M3FN") {
+						require.True(t, strings.Contains(c, fmt.Sprintf("xui8>) -> tensor<%dx", 4*batch)), "the bytes are the kernel's operand")
+					}
+				}
+			}
+		})
+	}
+}
