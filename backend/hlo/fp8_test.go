@@ -36,21 +36,21 @@ func TestE4M3BFloat16Bits(t *testing.T) {
 
 // With option triton=gemv, every FP8 linear layer of a quantized fixture model (its
 // weight bytes decoded by quant's table) runs as our GEMV on the bytes themselves at
-// 4 and 8 rows, where bfloat16 weights keep XLA's products: one call reading
-// f8E4M3FN per layer's qkv, o, gate/up and down, and no dense product left but the
-// head's (bfloat16). At 16 rows, past the GEMV's, every product stays XLA's.
+// 4 rows, where bfloat16 weights keep XLA's products: one call reading f8E4M3FN per
+// layer's qkv, o, gate/up and down, and no dense product left but the head's
+// (bfloat16). At 8 rows, past maxFP8GEMVRows, every product stays XLA's.
 func TestTritonGEMVFP8InModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=gemv")
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			for _, batch := range []int{1, 2, 4} {
+			for _, batch := range []int{1, 2} {
 				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
 				fp8 := tritonCallsWith(text, "!tt.ptr<f8E4M3FN>")
 				dense, _ := denseDots(text)
-				if batch == 4 {
-					require.Zero(t, fp8, "16 rows: XLA's products")
+				if batch == 2 {
+					require.Zero(t, fp8, "8 rows: XLA's products")
 					continue
 				}
 				require.Equal(t, 4*layers, fp8, "batch %d: one GEMV on the bytes per FP8 layer", batch)

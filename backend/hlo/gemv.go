@@ -18,6 +18,13 @@ import (
 // AR step's, padded to 4 rows (backend.MinWindow).
 const maxGEMVRows = 8
 
+// maxFP8GEMVRows is the most rows a product of FP8 bytes runs as our GEMV: at 1 and 4
+// rows it beat XLA's product of the decoded weight on the H200 (MiniCPM5-2B shape: the
+// AR step 1.69 against 4.04 ms, the denoise step 2.62 against 4.37), at 8 rows, with
+// gemvTiles' tile for bfloat16, it lost (the fused step 5.30 against 4.45 ms;
+// BENCHMARKS.md, run EN).
+const maxFP8GEMVRows = 4
+
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
 const minGEMVStep = 16
 
@@ -94,8 +101,9 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 }
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
-// triton lowers the product (triton=gemv: only where lowersWhereFaster, or always for
-// FP8 bytes; triton=gemv-all: always) and it is a dense layer of a few rows: lhs [...,
+// triton lowers the product (triton=gemv: only where lowersWhereFaster, or for FP8
+// bytes up to maxFP8GEMVRows; triton=gemv-all: always, FP8 bytes up to
+// maxFP8GEMVRows) and it is a dense layer of a few rows: lhs [...,
 // K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8 E4M3FN bytes (the weight
 // that e4m3Bytes found decoded), contracting lhs's last axis with rhs's axis 1, no batch axes,
 // M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile, and an
@@ -122,8 +130,8 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		m *= d
 	}
 	// A GEMV reading the bytes beats XLA's product, which reads the decoded weight
-	// written out by a kernel of its own, at every row count it has a tile for.
-	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
+	// written out by a kernel of its own, up to maxFP8GEMVRows.
+	if fp8 && m > maxFP8GEMVRows || f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
 		return nil, false, nil
 	}
 	t, ok := gemvTile(m, n, k)
