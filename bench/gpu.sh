@@ -28,7 +28,7 @@
 # on backend labels),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
-# decoder), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -221,6 +221,28 @@ fp8() {
     section "FP8 steps: -fp8 $fp8"
     GOMLX_BACKEND=$XLA_BF16 timeout 200 .gpu/bin/bench -only steps -fp8 $fp8 >"$OUT/fp8-${fp8// /_}.log" 2>&1
     echo "rc=$?"; tail -7 "$OUT/fp8-${fp8// /_}.log"
+  done
+}
+
+fp8gemv() {
+  # FP8 weights on ours (runs EN-EP, ~4 min): hlo's GPU test of our GEMV on FP8 bytes
+  # against XLA's product of the decoded weight; the batch-1 steps in bf16, with FP8
+  # weights that our GEMV reads up to 4 rows (quant's table decoder, -fp8-decoder lut,
+  # the default) and with FP8 weights that XLA decodes (-fp8-decoder bits, which the
+  # backend does not recognise); then fused decoding at batch 1, bf16 and FP8.
+  section "our GEMV on FP8 bytes against XLA's product of the decoded weight"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVFP8ModelsMatch' 2>&1 |
+    grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
+  local a
+  for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits"; do
+    section "steps: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+      -capacity 528 $a 2>&1 | grep -E 'device loop|FP8' | grep -v compiled
+  done
+  for a in "" "-fp8 weight-only"; do
+    section "decoding: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 1 \
+      -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
   done
 }
 

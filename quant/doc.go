@@ -99,9 +99,13 @@
 // layer's input. Loading checks that a calibration names only layers the model has and
 // covers every layer it quantizes ([Calibration.Check]).
 //
-// # Cost on the Go backend
+// # Cost
 //
 // On the Go backend an in-graph decode costs about 9 nanoseconds per weight element on
 // every execution (either decoder), so FP8 layers there are slower than dense ones by
-// far: they save memory, not time. On accelerators the bytes read per weight halve.
+// far: they save memory, not time. On CUDA, our own XLA backend (backend/hlo, option
+// triton=gemv, what backend.New picks) recognises the table decoder in front of a
+// product of up to 4 rows and reads the bytes themselves, one per weight; larger
+// products, and the bit decoder's, decode the weight in XLA first, which costs more than
+// a bfloat16 weight would (BENCHMARKS.md, "FP8 on ours").
 package quant

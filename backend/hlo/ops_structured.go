@@ -337,7 +337,8 @@ func (f *Function) CumSum(x compute.Value, axis int, options compute.CumSumOptio
 // DotGeneral implements compute.StandardOps. The accumulator dtype (else the output
 // dtype) is StableHLO's preferred element type; an output dtype other than the
 // accumulator's is a conversion after. With option triton, the dense bfloat16 products
-// it names run our Triton GEMV instead (see tritonGEMV, in gemv.go).
+// it names run our Triton GEMV instead (see tritonGEMV, in gemv.go), and so do those
+// whose weight is FP8 bytes decoded by package quant's table, on the bytes (fp8.go).
 func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs compute.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (compute.Value, error) {
 	op := compute.OpTypeDotGeneral
