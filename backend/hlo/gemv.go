@@ -3,6 +3,8 @@
 package hlo
 
 import (
+	"fmt"
+	"os"
 	"slices"
 
 	"github.com/gomlx/compute"
@@ -24,6 +26,34 @@ const maxGEMVRows = 8
 // gemvTiles' tile for bfloat16, it lost (the fused step 5.30 against 4.45 ms;
 // BENCHMARKS.md, run EN).
 const maxFP8GEMVRows = 4
+
+// fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one: a
+// GEMV reading the bytes beats XLA's product, which reads the decoded weight written
+// out by a kernel of its own, up to maxFP8GEMVRows with gemvTile's tiles.
+//
+// Experiment (branch fp8-dot): BLOCKDIFF_FP8_TILE_M4 (2-4 rows) and
+// BLOCKDIFF_FP8_TILE_M8 (5-8 rows) name a tile as triton.Tile writes it, e.g.
+// "dot32x256/s3" or "8x256/s3", which then replaces gemvTile's at those rows.
+func fp8Tile(m, n, k int) (triton.Tile, bool) {
+	name := "BLOCKDIFF_FP8_TILE_M4"
+	if m > 4 {
+		name = "BLOCKDIFF_FP8_TILE_M8"
+	}
+	spec := os.Getenv(name)
+	if m == 1 || spec == "" {
+		if m > maxFP8GEMVRows {
+			return triton.Tile{}, false
+		}
+		return gemvTile(m, n, k)
+	}
+	var t triton.Tile
+	if _, err := fmt.Sscanf(spec, "dot%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err == nil {
+		t.Dot = true
+	} else if _, err := fmt.Sscanf(spec, "%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err != nil {
+		return triton.Tile{}, false
+	}
+	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
+}
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
 const minGEMVStep = 16
@@ -129,12 +159,13 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	for _, d := range rows {
 		m *= d
 	}
-	// A GEMV reading the bytes beats XLA's product, which reads the decoded weight
-	// written out by a kernel of its own, up to maxFP8GEMVRows.
-	if fp8 && m > maxFP8GEMVRows || f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
+	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
 		return nil, false, nil
 	}
 	t, ok := gemvTile(m, n, k)
+	if fp8 {
+		t, ok = fp8Tile(m, n, k)
+	}
 	if !ok {
 		return nil, false, nil
 	}

@@ -450,10 +450,11 @@ func TestTritonGEMVFP8ModelsMatch(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			worst := requireBF16WindowsMatch(t, lowered, plain, dir,
-				[]string{"4 tokens", "prefill", "step of 3", "step of 1"},
+				[]string{"4 tokens", "8 tokens", "prefill", "step of 3", "step of 1"},
 				func(m *model.Model, add func([][]float32, error)) {
 					require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
 					add(m.Logits(tokens[:4], 4))
+					add(m.Logits(tokens[:8], 4))
 					s, err := m.NewSession(32, 4)
 					require.NoError(t, err)
 					defer s.Close()

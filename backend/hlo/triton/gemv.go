@@ -120,8 +120,8 @@ func weightToFloat32(w dtypes.DType) string {
 // GEMVTTIR is the TTIR module of the kernel @gemm: y[:, n0:n0+bn] = x·W[n0:n0+bn, :]ᵀ for
 // its program's n0, with x [m, k] bfloat16 and W [n, k] of dtype w row-major, and y [m,
 // n] of dtype out, its arguments x, W and y in that order. W is bfloat16, or uint8
-// holding FP8 E4M3FN bytes, which the kernel reads as such (a 1-row tile only): the
-// product of x and the bytes' exact values, half the bytes of a bfloat16 W. It is a 1-row kernel with its work
+// holding FP8 E4M3FN bytes, which the kernel reads as such: the product of x and the
+// bytes' exact values, half the bytes of a bfloat16 W. It is a 1-row kernel with its work
 // written out once per row of x: each K step loads the [bn, bk] W tile once and
 // multiplies it into one [bn, bk] float32 accumulator per row, reduced over K at the
 // end; a bfloat16 y rounds the sums (arith.truncf), a float32 y stores them. A tile of
@@ -135,10 +135,8 @@ func GEMVTTIR(m, n, k int, t Tile, w, out dtypes.DType) (string, error) {
 	switch {
 	case w != dtypes.BFloat16 && w != dtypes.Uint8:
 		return "", fmt.Errorf("triton: GEMV: W of %s: only bfloat16, or uint8 holding FP8 E4M3FN bytes", w)
-	case t.Dot && w != dtypes.BFloat16:
-		return "", fmt.Errorf("triton: GEMV: tile %v: a Dot tile takes only a bfloat16 W", t)
 	case t.Dot:
-		return dotTTIR(m, n, k, t, out), nil
+		return dotTTIR(m, n, k, t, w, out), nil
 	}
 	return rowsTTIR(m, n, k, t, w, out, false), nil
 }
@@ -335,9 +333,10 @@ func (t Tile) loopAttr() string {
 
 // dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [DotRows, BK] tile
 // (rows past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a
-// transposed operand) and accumulates their tt.dot into one [DotRows, BN] float32
-// accumulator; the rows below m are stored, rounded for a bfloat16 y.
-func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
+// transposed operand; FP8 bytes converted to bfloat16 through float16 and float32,
+// exactly) and accumulates their tt.dot into one [DotRows, BN] float32 accumulator; the
+// rows below m are stored, rounded for a bfloat16 y.
+func dotTTIR(m, n, k int, t Tile, w, out dtypes.DType) string {
 	round, stored := "", "%acc"
 	if out == dtypes.BFloat16 {
 		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
@@ -365,17 +364,17 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
     %rkw = tt.expand_dims %rk {axis = 1 : i32} : tensor<$BKxi32> -> tensor<$BKx1xi32>
     %rkwb = tt.broadcast %rkw : tensor<$BKx1xi32> -> tensor<$BKx$BNxi32>
     %woff = arith.addi %coloffb, %rkwb : tensor<$BKx$BNxi32>
-    %wbase = tt.splat %w : !tt.ptr<bf16> -> tensor<$BKx$BNx!tt.ptr<bf16>>
-    %wp0 = tt.addptr %wbase, %woff : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
+    %wbase = tt.splat %w : !tt.ptr<$WT> -> tensor<$BKx$BNx!tt.ptr<$WT>>
+    %wp0 = tt.addptr %wbase, %woff : tensor<$BKx$BNx!tt.ptr<$WT>>, tensor<$BKx$BNxi32>
     %zero = arith.constant dense<0.000000e+00> : tensor<$RxBNxf32>
     %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<$RxBNxf32>) : i32 {
       %kx = tt.splat %k : i32 -> tensor<$RxBKxi32>
       %xp = tt.addptr %xp0, %kx : tensor<$RxBKx!tt.ptr<bf16>>, tensor<$RxBKxi32>
       %xv = tt.load %xp : tensor<$RxBKx!tt.ptr<bf16>>
       %kw = tt.splat %k : i32 -> tensor<$BKx$BNxi32>
-      %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
-      %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<bf16>>
-      %d = tt.dot %xv, %wv, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
+      %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<$WT>>, tensor<$BKx$BNxi32>
+      %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<$WT>>
+$WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
       scf.yield %d : tensor<$RxBNxf32>
     }$LOOPATTR
 ` + launchMark + `    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
@@ -395,8 +394,16 @@ func dotTTIR(m, n, k int, t Tile, out dtypes.DType) string {
     tt.return
   }
 }`
+	convert, wb := "", "%wv"
+	if w == dtypes.Uint8 {
+		convert, wb = `      %wh = tt.fp_to_fp %wv : tensor<$BKx$BNxf8E4M3FN> -> tensor<$BKx$BNxf16>
+      %wf = arith.extf %wh : tensor<$BKx$BNxf16> to tensor<$BKx$BNxf32>
+      %wb = arith.truncf %wf : tensor<$BKx$BNxf32> to tensor<$BKx$BNxbf16>
+`, "%wb"
+	}
+	text = strings.NewReplacer("$WBF16", convert, "$WB", wb).Replace(text)
 	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", DotRows, t.BK), "$RxBN", fmt.Sprintf("%dx%d", DotRows, t.BN),
 		"$Rx", fmt.Sprintf("%dx", DotRows), "$R ", fmt.Sprintf("%d ", DotRows), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
 		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
-		"$LOOPATTR", t.loopAttr(), "$WT", "bf16", "$YT", elementType(out)).Replace(text)
+		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$YT", elementType(out)).Replace(text)
 }

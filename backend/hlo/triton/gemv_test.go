@@ -128,6 +128,23 @@ func TestGEMVFP8Weight(t *testing.T) {
 
 	_, err = GEMVTTIR(2, 96, 128, tile, dtypes.Float32, dtypes.Float32)
 	require.ErrorContains(t, err, "only bfloat16, or uint8")
-	_, err = GEMVTTIR(2, 96, 128, Tile{BN: 16, BK: 64, Stages: 1, Dot: true}, dtypes.Uint8, dtypes.Float32)
-	require.ErrorContains(t, err, "a Dot tile takes only a bfloat16 W")
+
+	// A Dot tile converts the FP8 tile to bfloat16 for tt.dot, exactly.
+	dot := Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
+	bf16, err = GEMVTTIR(8, 96, 128, dot, dtypes.BFloat16, dtypes.Float32)
+	require.NoError(t, err)
+	fp8, err = GEMVTTIR(8, 96, 128, dot, dtypes.Uint8, dtypes.Float32)
+	require.NoError(t, err)
+	require.Contains(t, fp8, "%wv = tt.load %wp : tensor<64x16x!tt.ptr<f8E4M3FN>>")
+	require.Contains(t, fp8, "%wb = arith.truncf %wf : tensor<64x16xf32> to tensor<64x16xbf16>")
+	require.Contains(t, fp8, "%d = tt.dot %xv, %wb, %a")
+	require.NotContains(t, fp8, "$")
+	kept = kept[:0]
+	for line := range strings.SplitSeq(fp8, "\n") {
+		if !strings.Contains(line, "%wh = ") && !strings.Contains(line, "%wf = ") && !strings.Contains(line, "%wb = ") {
+			kept = append(kept, line)
+		}
+	}
+	same = strings.NewReplacer("f8E4M3FN", "bf16", "tt.dot %xv, %wb", "tt.dot %xv, %wv").Replace(strings.Join(kept, "\n"))
+	require.Equal(t, bf16, same)
 }
