@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"github.com/gomlx/compute"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 // WithOptions returns a backend on b's client and device that builds programs with the
@@ -43,3 +45,12 @@ func DeviceAddress(b compute.Buffer) (uintptr, error) {
 // E4M3BFloat16Bits is the bfloat16 bits of an FP8 E4M3FN byte, as the backend
 // recognises package quant's decoding table by.
 var E4M3BFloat16Bits = e4m3BFloat16Bits
+
+// SetFP8DotTile makes the backend take tile for FP8 products of 2 to 8 rows (where it
+// divides W) until the returned function restores the default: the fixture models'
+// weights are too small for the default's, so the GPU tests give them one they fit.
+func SetFP8DotTile(tile triton.Tile) (restore func()) {
+	saved := fp8DotTile
+	fp8DotTile = tile
+	return func() { fp8DotTile = saved }
+}

@@ -38,7 +38,8 @@ func TestE4M3BFloat16Bits(t *testing.T) {
 // weight bytes decoded by quant's table) runs as our GEMV on the bytes themselves at
 // 4 rows, where bfloat16 weights keep XLA's products: one call reading f8E4M3FN per
 // layer's qkv, o, gate/up and down, and no dense product left but the head's
-// (bfloat16). At 8 rows, past maxFP8GEMVRows, every product stays XLA's.
+// (bfloat16). At 8 rows, where the fixtures' small weights fit no tile of fp8Tile's,
+// every product stays XLA's.
 func TestTritonGEMVFP8InModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=gemv")
 	require.NoError(t, err)

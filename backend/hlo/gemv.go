@@ -3,8 +3,6 @@
 package hlo
 
 import (
-	"fmt"
-	"os"
 	"slices"
 
 	"github.com/gomlx/compute"
@@ -20,39 +18,29 @@ import (
 // AR step's, padded to 4 rows (backend.MinWindow).
 const maxGEMVRows = 8
 
-// maxFP8GEMVRows is the most rows a product of FP8 bytes runs as our GEMV: at 1 and 4
-// rows it beat XLA's product of the decoded weight on the H200 (MiniCPM5-2B shape: the
-// AR step 1.69 against 4.04 ms, the denoise step 2.62 against 4.37), at 8 rows, with
-// gemvTiles' tile for bfloat16, it lost (the fused step 5.30 against 4.45 ms;
-// BENCHMARKS.md, run EN).
-const maxFP8GEMVRows = 4
+// fp8DotTile multiplies FP8 products of 2 to 8 rows on the tensor cores, the bytes
+// converted to bfloat16 in registers: on the H200 (MiniCPM5-2B shape, BENCHMARKS.md
+// runs EN-EQ) the fused step took 2.44 ms per added step with it, 5.30 with gemvTiles'
+// 8-row tile and 4.45 with XLA's product of the decoded weight; the denoise step 2.53,
+// against 2.62 with the 4-row tile and 4.37 with XLA's; 16 × 512 took 2.50 and 2.67.
+var fp8DotTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 
-// fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one: a
+// maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
+// tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
+const maxFP8RowsTileRows = 4
+
+// fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
-// out by a kernel of its own, up to maxFP8GEMVRows with gemvTile's tiles.
-//
-// Experiment (branch fp8-dot): BLOCKDIFF_FP8_TILE_M4 (2-4 rows) and
-// BLOCKDIFF_FP8_TILE_M8 (5-8 rows) name a tile as triton.Tile writes it, e.g.
-// "dot32x256/s3" or "8x256/s3", which then replaces gemvTile's at those rows.
+// out by a kernel of its own: at one row with gemvTile's tile, at 2 to 8 rows with
+// fp8DotTile where it divides W, else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
-	name := "BLOCKDIFF_FP8_TILE_M4"
-	if m > 4 {
-		name = "BLOCKDIFF_FP8_TILE_M8"
+	if m >= 2 && m <= maxGEMVRows && triton.CheckGEMV(m, n, k, fp8DotTile, dtypes.BFloat16) == nil {
+		return fp8DotTile, true
 	}
-	spec := os.Getenv(name)
-	if m == 1 || spec == "" {
-		if m > maxFP8GEMVRows {
-			return triton.Tile{}, false
-		}
-		return gemvTile(m, n, k)
-	}
-	var t triton.Tile
-	if _, err := fmt.Sscanf(spec, "dot%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err == nil {
-		t.Dot = true
-	} else if _, err := fmt.Sscanf(spec, "%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err != nil {
+	if m > maxFP8RowsTileRows {
 		return triton.Tile{}, false
 	}
-	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
+	return gemvTile(m, n, k)
 }
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
@@ -132,11 +120,12 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
 // triton lowers the product (triton=gemv: only where lowersWhereFaster, or for FP8
-// bytes up to maxFP8GEMVRows; triton=gemv-all: always, FP8 bytes up to
-// maxFP8GEMVRows) and it is a dense layer of a few rows: lhs [...,
+// bytes where fp8Tile has a tile; triton=gemv-all: always) and it is a dense layer of
+// a few rows: lhs [...,
 // K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8 E4M3FN bytes (the weight
 // that e4m3Bytes found decoded), contracting lhs's last axis with rhs's axis 1, no batch axes,
-// M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile, and an
+// M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile (fp8Tile for
+// FP8 bytes), and an
 // output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
 // [..., N]. ok is false, with no op added, for every other product; err is set (with
 // ok true) only if building the lowered product failed.

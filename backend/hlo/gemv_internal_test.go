@@ -73,3 +73,28 @@ func TestGEMVOutput(t *testing.T) {
 		}
 	}
 }
+
+// FP8 products of 2 to 8 rows take the tensor-core tile where it divides W, the
+// 1-row kernel's tile at one row, and gemvTile's up to 4 rows where the Dot tile does
+// not fit (the fixtures' small weights); none past that.
+func TestFP8Tile(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k int
+		want    triton.Tile
+		ok      bool
+	}{
+		{1, 12288, 2048, triton.Tile{BN: 8, BK: 512, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
+		{2, 2560, 2048, fp8DotTile, true},
+		{4, 2048, 6144, fp8DotTile, true},                         // its down, denoise step
+		{8, 2560, 2048, fp8DotTile, true},                         // its qkv, fused step
+		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true}, // the fixtures'
+		{8, 192, 64, triton.Tile{}, false},
+		{9, 2560, 2048, triton.Tile{}, false},
+	} {
+		got, ok := fp8Tile(c.m, c.n, c.k)
+		require.Equal(t, c.ok, ok, "%+v", c)
+		if ok {
+			require.Equal(t, c.want, got, "%+v", c)
+		}
+	}
+}
