@@ -73,7 +73,7 @@ func (f *Function) recordE4M3Gather(out, operand, indices compute.Value, indexVe
 	table, ok2 := operand.(*value)
 	index, ok3 := indices.(*value)
 	if !f.builder.backend.recordsOrigins() || !ok1 || !ok2 || !ok3 || opOf(table) != compute.OpTypeBitcast ||
-		table.shape.DType != dtypes.BFloat16 || !table.origin.args[0].isE4M3Table() ||
+		table.shape.DType != dtypes.BFloat16 || !table.origin.args[0].isE4M3TableConstant() ||
 		indexVectorAxis != index.shape.Rank()-1 || len(offsetOutputAxes) != 0 || !slices.Equal(collapsedSliceAxes, []int{0}) ||
 		!slices.Equal(startIndexMap, []int{0}) || !slices.Equal(sliceSizes, []int{1}) || opOf(index) != compute.OpTypeReshape {
 		return
@@ -89,8 +89,9 @@ func (f *Function) recordE4M3Gather(out, operand, indices compute.Value, indexVe
 	o.origin = &origin{op: compute.OpTypeGather, args: []*value{table, index}, e4m3: bytes}
 }
 
-// isE4M3Table reports whether v is a constant that isE4M3Table recognised.
-func (v *value) isE4M3Table() bool {
+// isE4M3TableConstant reports whether v is a constant whose values isE4M3Table
+// recognised.
+func (v *value) isE4M3TableConstant() bool {
 	return v != nil && v.origin != nil && v.origin.op == compute.OpTypeConstant && v.origin.e4m3Table
 }
 

@@ -120,15 +120,14 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
 // triton lowers the product (triton=gemv: only where lowersWhereFaster, or for FP8
-// bytes where fp8Tile has a tile; triton=gemv-all: always) and it is a dense layer of
-// a few rows: lhs [...,
-// K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8 E4M3FN bytes (the weight
-// that e4m3Bytes found decoded), contracting lhs's last axis with rhs's axis 1, no batch axes,
-// M (the product of lhs's other dimensions) from 1 to 8, a tile of gemvTile (fp8Tile for
-// FP8 bytes), and an
-// output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
-// [..., N]. ok is false, with no op added, for every other product; err is set (with
-// ok true) only if building the lowered product failed.
+// bytes wherever fp8Tile has a tile; triton=gemv-all: always) and it is a dense layer
+// of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8
+// E4M3FN bytes (the weight that e4m3Bytes found decoded), contracting lhs's last axis
+// with rhs's axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to
+// 8, a tile of gemvTile (of fp8Tile for FP8 bytes), and an output dtype of gemvOutput.
+// lhs is reshaped to [M, K] and the [M, N] result to [..., N]. ok is false, with no op
+// added, for every other product; err is set (with ok true) only if building the
+// lowered product failed.
 func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
@@ -151,10 +150,11 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
 		return nil, false, nil
 	}
-	t, ok := gemvTile(m, n, k)
+	tile := gemvTile
 	if fp8 {
-		t, ok = fp8Tile(m, n, k)
+		tile = fp8Tile
 	}
+	t, ok := tile(m, n, k)
 	if !ok {
 		return nil, false, nil
 	}
