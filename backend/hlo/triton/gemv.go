@@ -121,8 +121,8 @@ func weightToFloat32(w dtypes.DType) string {
 // its program's n0, with x [m, k] bfloat16 and W [n, k] of dtype w row-major, and y [m,
 // n] of dtype out, its arguments x, W and y in that order. W is bfloat16, or uint8
 // holding FP8 E4M3FN bytes, which the kernel reads as such: the product of x and the
-// bytes' exact values, half the bytes of a bfloat16 W. It is a 1-row kernel with its work
-// written out once per row of x: each K step loads the [bn, bk] W tile once and
+// bytes' exact values, half the bytes of a bfloat16 W. It is a 1-row kernel with its
+// work written out once per row of x: each K step loads the [bn, bk] W tile once and
 // multiplies it into one [bn, bk] float32 accumulator per row, reduced over K at the
 // end; a bfloat16 y rounds the sums (arith.truncf), a float32 y stores them. A tile of
 // Stages > 1 marks the K loop with tt.num_stages: without it, Triton pipelines no load
@@ -267,8 +267,8 @@ func checkRowTile(what string, m, n, k int, t Tile) error {
 }
 
 // rowTile follows the program offset %n0 in every 1-row kernel: its rows %rows of W
-// (of element type $WT) and the pointers %wp0 to their first [BN, BK] tile, with %rk the K offsets 0..BK-1
-// ([BK]; %rk2 the same as [1, BK]).
+// (of element type $WT) and the pointers %wp0 to their first [BN, BK] tile, with %rk
+// the K offsets 0..BK-1 ([BK]; %rk2 the same as [1, BK]).
 const rowTile = `    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
     %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
     %rows = arith.addi %n0s, %rn : tensor<$BNxi32>
