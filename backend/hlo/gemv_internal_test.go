@@ -12,13 +12,28 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
+// tileCase is a product of m rows of W [n, k] and the tile it wants, if ok.
+type tileCase struct {
+	m, n, k int
+	want    triton.Tile
+	ok      bool
+}
+
+// requireTiles checks that tileOf gives each case its tile.
+func requireTiles(t *testing.T, tileOf func(m, n, k int) (triton.Tile, bool), cases []tileCase) {
+	t.Helper()
+	for _, c := range cases {
+		got, ok := tileOf(c.m, c.n, c.k)
+		require.Equal(t, c.ok, ok, "%+v", c)
+		if ok {
+			require.Equal(t, c.want, got, "%+v", c)
+		}
+	}
+}
+
 func TestGEMVTile(t *testing.T) {
 	tile := func(bn, bk, stages int) triton.Tile { return triton.Tile{BN: bn, BK: bk, Stages: stages} }
-	for _, c := range []struct {
-		m, n, k int
-		want    triton.Tile
-		ok      bool
-	}{
+	requireTiles(t, gemvTile, []tileCase{
 		{1, 12288, 2048, tile(8, 512, 3), true},  // MiniCPM5-2B's gate/up
 		{4, 2048, 6144, tile(8, 256, 3), true},   // its down
 		{2, 130560, 2048, tile(8, 256, 3), true}, // its head
@@ -32,13 +47,7 @@ func TestGEMVTile(t *testing.T) {
 		{5, 40, 64, triton.Tile{}, false}, // BN 16 does not divide N
 		{9, 96, 64, triton.Tile{}, false},
 		{0, 96, 64, triton.Tile{}, false},
-	} {
-		got, ok := gemvTile(c.m, c.n, c.k)
-		require.Equal(t, c.ok, ok, "%+v", c)
-		if ok {
-			require.Equal(t, c.want, got, "%+v", c)
-		}
-	}
+	})
 }
 
 // triton=gemv lowers only the products measured faster than XLA's dot: one row and W
@@ -78,11 +87,7 @@ func TestGEMVOutput(t *testing.T) {
 // 1-row kernel's tile at one row, and gemvTile's up to 4 rows where the Dot tile does
 // not fit (the fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
-	for _, c := range []struct {
-		m, n, k int
-		want    triton.Tile
-		ok      bool
-	}{
+	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 512, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{2, 2560, 2048, fp8DotTile, true},
 		{4, 2048, 6144, fp8DotTile, true},                         // its down, denoise step
@@ -90,11 +95,5 @@ func TestFP8Tile(t *testing.T) {
 		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true}, // the fixtures'
 		{8, 192, 64, triton.Tile{}, false},
 		{9, 2560, 2048, triton.Tile{}, false},
-	} {
-		got, ok := fp8Tile(c.m, c.n, c.k)
-		require.Equal(t, c.ok, ok, "%+v", c)
-		if ok {
-			require.Equal(t, c.want, got, "%+v", c)
-		}
-	}
+	})
 }

@@ -410,56 +410,34 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 }
 
 // The bf16 fixture models with triton=gemv-all give the plain backend's logits on the
-// windows whose dense products it lowers: 4 tokens without a cache, a 4-token prefill
-// (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
+// windows whose dense products it lowers: 4 and 8 tokens without a cache, a 4-token
+// prefill (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
 // tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests
 // (model.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
 // in bf16 and differ in the order of each product's float32 sums, so an activation
 // rounded to bf16 after a product can differ by one bf16 ulp (2⁻⁸ of it), and such
-// differences grow through the layers as bf16 rounding does.
+// differences grow through the layers as bf16 rounding does. So do the models with
+// their linear layers quantized to FP8 (package quant's defaults: per-channel scales,
+// weights decoded by its table), whose GEMVs read the weight bytes themselves (fp8.go)
+// where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
+// value and sum in float32, in another order. FP8 runs once with the default tiles (the
+// fixtures' weights fit the 1-row kernel's up to 4 rows, no tile at 8), once with a
+// tensor-core tile they fit (the default's is too large for them) at 2 to 8 rows.
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			worst := requireBF16WindowsMatch(t, lowered, plain, dir,
-				[]string{"4 tokens", "prefill", "step of 3", "step of 1"},
-				func(m *model.Model, add func([][]float32, error)) {
-					add(m.Logits(tokens[:4], 4))
-					s, err := m.NewSession(32, 4)
-					require.NoError(t, err)
-					defer s.Close()
-					last, err := s.Prefill(tokens[:4])
-					add([][]float32{last}, err)
-					add(s.Step(tokens[4:7]))
-					add(s.Step(tokens[4:5]))
-				})
-			t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
-		})
-	}
-}
-
-// The fixture models with their linear layers quantized to FP8 (package quant's
-// defaults: per-channel scales, weights decoded by its table) give the plain backend's
-// logits with triton=gemv-all, whose GEMVs read the weight bytes themselves (fp8.go)
-// where XLA decodes them into bfloat16 first, within TestTritonGEMVModelsMatch's
-// tolerance: both multiply x by each byte's exact value and sum in float32, in
-// another order. Once with the default tiles (the fixtures' weights fit the 1-row
-// kernel's up to 4 rows, no tile at 8), once with a tensor-core tile they fit (the
-// default's is too large for them) at 2 to 8 rows.
-func TestTritonGEMVFP8ModelsMatch(t *testing.T) {
-	plain, lowered := tritonBackends(t)
-	tokens := testTokens
-	for _, tiles := range []string{"default tiles", "dot tile 16x64"} {
-		if tiles != "default tiles" {
+	for _, weights := range []string{"bf16", "fp8", "fp8, dot tile 16x64"} {
+		if weights == "fp8, dot tile 16x64" {
 			defer hlo.SetFP8DotTile(triton.Tile{BN: 16, BK: 64, Stages: 1, Dot: true})()
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
-			t.Run(tiles+"/"+filepath.Base(dir), func(t *testing.T) {
+			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
 				worst := requireBF16WindowsMatch(t, lowered, plain, dir,
 					[]string{"4 tokens", "8 tokens", "prefill", "step of 3", "step of 1"},
 					func(m *model.Model, add func([][]float32, error)) {
-						require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
+						if weights != "bf16" {
+							require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
+						}
 						add(m.Logits(tokens[:4], 4))
 						add(m.Logits(tokens[:8], 4))
 						s, err := m.NewSession(32, 4)
@@ -470,7 +448,7 @@ func TestTritonGEMVFP8ModelsMatch(t *testing.T) {
 						add(s.Step(tokens[4:7]))
 						add(s.Step(tokens[4:5]))
 					})
-				t.Logf("max |GEMV on FP8 bytes - decoded dot| / max |decoded dot| over the logits: %.2g", worst)
+				t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
 			})
 		}
 	}
