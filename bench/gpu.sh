@@ -230,8 +230,8 @@ fp8gemv() {
   # weights that our GEMVs read up to 8 rows (quant's table decoder, -fp8-decoder lut,
   # the default) and with FP8 weights that XLA decodes (-fp8-decoder bits, which the
   # backend does not recognise); then fused decoding at batch 1, bf16 and FP8.
-  section "our GEMV on FP8 bytes against XLA's product of the decoded weight"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch' 2>&1 |
+  section "our GEMV on FP8 bytes and the folds around it against XLA's product of the decoded weight"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch|TritonFoldModelsMatch' 2>&1 |
     grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
   local a
   for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits"; do

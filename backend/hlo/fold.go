@@ -178,9 +178,11 @@ func (f *Function) denseProduct(out compute.Value, x, w compute.Value, xContract
 }
 
 // foldCandidate is one way round of a binary operation's operands: product, a dense
-// product of one row (denseProduct) whose weight has a 1-row GEMV tile t, and other.
+// product of one row (denseProduct) whose weight has a 1-row GEMV tile t, or such a
+// product of FP8 bytes times its scale (scaledProductOf), and other.
 type foldCandidate struct {
 	product, other *value
+	scale          *value // the FP8 product's scale, nil for a bfloat16 product
 	t              triton.Tile
 }
 
@@ -197,17 +199,51 @@ func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
 	}
 	var cs []foldCandidate
 	for _, pair := range [][2]*value{{l, r}, {r, l}} {
-		product := pair[0]
+		product, scale, scaled := scaledProductOf(pair[0])
+		if !scaled {
+			product = pair[0]
+		}
 		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil ||
 			product.origin.x.shape.Size() != product.origin.w.shape.Dimensions[1] {
 			continue
 		}
 		w := product.origin.w.shape.Dimensions
 		if t, ok := gemvTile(1, w[0], w[1]); ok && !t.Dot {
-			cs = append(cs, foldCandidate{product: product, other: pair[1], t: t})
+			cs = append(cs, foldCandidate{product: product, other: pair[1], scale: scale, t: t})
 		}
 	}
 	return cs
+}
+
+// kernelWeight is the StableHLO operands of c's weight as a fold kernel takes them
+// (triton.Kernels.GEMVNorm and the others): W, and for an FP8 product its bytes and
+// its scale as a float32 row [N], nil for a bfloat16 product. ws are the operands of
+// c.product.origin.w and c.scale (nil for none), as f.operands gives them.
+func (f *Function) kernelWeight(c foldCandidate, ws []*stablehlo.Value) (w, s *stablehlo.Value, err error) {
+	if c.scale == nil {
+		return ws[0], nil, nil
+	}
+	b, err := f.operands(e4m3Bytes(c.product.origin.w))
+	if err != nil {
+		return nil, nil, err
+	}
+	n := c.product.origin.w.shape.Dimensions[0]
+	rows := xshapes.Make(dtypes.Float32, n)
+	s = ws[1]
+	if c.scale.shape.Size() == 1 {
+		if s, err = stablehlo.Reshape(s, xshapes.Make(dtypes.Float32)); err == nil {
+			s, err = stablehlo.BroadcastInDim(s, rows, nil)
+		}
+	}
+	return b[0], s, err
+}
+
+// scaleOperand is c's scale as an operand list: none for a bfloat16 product.
+func (c foldCandidate) scaleOperand() []compute.Value {
+	if c.scale == nil {
+		return nil
+	}
+	return []compute.Value{c.scale}
 }
 
 // normedProduct returns, with option triton=fold, the product of lhs and rhs as one
@@ -222,9 +258,12 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 			continue
 		}
 		product := c.product
-		w := product.origin.w
-		k := w.shape.Dimensions[1]
-		vs, err := f.operands(x, g, w)
+		k := product.origin.w.shape.Dimensions[1]
+		vs, err := f.operands(append([]compute.Value{x, g, product.origin.w}, c.scaleOperand()...)...)
+		if err != nil {
+			return nil, true, opError(compute.OpTypeMul, err)
+		}
+		w, s, err := f.kernelWeight(c, vs[2:])
 		if err != nil {
 			return nil, true, opError(compute.OpTypeMul, err)
 		}
@@ -232,7 +271,7 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		if err != nil {
 			return nil, true, opError(compute.OpTypeMul, err)
 		}
-		y, err := f.builder.backend.kernels().GEMVNorm(row, vs[1], vs[2], c.t, norm)
+		y, err := f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))
 		}
@@ -332,22 +371,25 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if swiGLU {
 			input, inputShape = gu, xshapes.Make(dtypes.Float32, 1, 2*k)
 		}
-		vs, err := f.operands(input, w, residual)
+		vs, err := f.operands(append([]compute.Value{input, residual, w}, c.scaleOperand()...)...)
 		if err != nil {
 			return nil, true, opError(compute.OpTypeAdd, err)
 		}
-		row, err := stablehlo.Reshape(vs[0], inputShape)
-		var sum *stablehlo.Value
+		wv, s, err := f.kernelWeight(c, vs[2:])
+		var row, sum *stablehlo.Value
 		if err == nil {
-			sum, err = stablehlo.Reshape(vs[2], xshapes.Make(dtypes.Float32, 1, n))
+			row, err = stablehlo.Reshape(vs[0], inputShape)
+		}
+		if err == nil {
+			sum, err = stablehlo.Reshape(vs[1], xshapes.Make(dtypes.Float32, 1, n))
 		}
 		var y *stablehlo.Value
 		switch {
 		case err != nil:
 		case swiGLU:
-			y, err = f.builder.backend.kernels().GEMVSwiGLUResidual(row, vs[1], sum, c.t)
+			y, err = f.builder.backend.kernels().GEMVSwiGLUResidual(row, wv, sum, s, c.t)
 		default:
-			y, err = f.builder.backend.kernels().GEMVResidual(row, vs[1], sum, c.t)
+			y, err = f.builder.backend.kernels().GEMVResidual(row, wv, sum, s, c.t)
 		}
 		if err == nil {
 			y, err = stablehlo.Reshape(y, toXLA(product.shape))

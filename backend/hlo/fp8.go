@@ -9,6 +9,10 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
+	xshapes "github.com/gomlx/go-xla/types/shapes"
+
+	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 // FP8 weights reach the backend as uint8 bytes that the graph decodes itself: neither
@@ -111,4 +115,102 @@ func (f *Function) recordConstant(out *value, flat any) {
 	case isE4M3Table(flat):
 		out.origin = &origin{op: compute.OpTypeConstant, e4m3Table: true}
 	}
+}
+
+// scaledProductOf recognises package quant's FP8 layer after its product
+// (FP8Linear.ApplyFloat32): a dense product (denseProduct) of FP8 bytes that e4m3Bytes
+// found decoded, through a conversion to float32, times its scale (fp8ScaleOf), either
+// way round. It returns the product and the scale.
+func scaledProductOf(v *value) (product, scale *value, ok bool) {
+	if opOf(v) != compute.OpTypeMul {
+		return nil, nil, false
+	}
+	for i, p := range v.origin.args {
+		if opOf(p) == compute.OpTypeConvertDType && p.shape.DType == dtypes.Float32 {
+			p = p.origin.args[0]
+		}
+		if !p.shape.Equal(v.shape) {
+			continue
+		}
+		if s, ok := fp8ScaleOf(p, v.origin.args[1-i]); ok {
+			return p, s, true
+		}
+	}
+	return nil, nil, false
+}
+
+// fp8ScaleOf returns the scale that other is of product, a dense product (denseProduct)
+// of FP8 bytes: float32 [N] behind reshapes and broadcasts, or a scalar (a per-tensor
+// scale).
+func fp8ScaleOf(product, other *value) (scale *value, ok bool) {
+	if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil || e4m3Bytes(product.origin.w) == nil {
+		return nil, false
+	}
+	s := throughShape(other)
+	n := product.origin.w.shape.Dimensions[0]
+	return s, s.shape.DType == dtypes.Float32 && (s.shape.Size() == 1 || slices.Equal(s.shape.Dimensions, []int{n}))
+}
+
+// normalisedRowOf recognises model's rmsNorm(x, g) of a quantized layer's input
+// (model/forward.go): normWeighted(ConvertDType(x·invRMS(x), bfloat16), g), and returns
+// x, g and the norm (Before: 1/rms scales x before the product).
+func normalisedRowOf(v *value) (x, g *value, norm triton.Norm, ok bool) {
+	if opOf(v) != compute.OpTypeMul {
+		return nil, nil, norm, false
+	}
+	for _, rounded := range v.origin.args {
+		if opOf(rounded) != compute.OpTypeConvertDType || opOf(rounded.origin.args[0]) != compute.OpTypeMul {
+			continue
+		}
+		m := rounded.origin.args[0]
+		for i, inv := range m.origin.args {
+			x, norm, ok = invRMSOf(inv)
+			if !ok || x != m.origin.args[1-i] {
+				continue
+			}
+			if g, ok = normWeightedOf(v, m); ok {
+				norm.Before = true
+				return x, g, norm, true
+			}
+		}
+	}
+	return nil, nil, norm, false
+}
+
+// normalisedProduct returns, with option triton=fold, lhs·rhs as one Triton kernel
+// (triton.Kernels.GEMVNorm with the norm before the product) when it is package quant's
+// FP8 layer of one row, its product times its scale either way round, whose input is
+// its normalised row (normalisedRowOf): the norm, the product of the bytes and the
+// scale in one kernel. The norm's own operations and the product are left for XLA to
+// remove. ok is false, with nothing added, for every other product.
+func (f *Function) normalisedProduct(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
+	for _, c := range f.foldCandidates(lhs, rhs) {
+		scale, ok := fp8ScaleOf(c.product, c.other)
+		if !ok || c.scale != nil {
+			continue
+		}
+		x, g, norm, ok := normalisedRowOf(c.product.origin.x)
+		if !ok || x.shape.DType != dtypes.Float32 {
+			continue
+		}
+		c.scale = scale
+		vs, err := f.operands(x, g, c.product.origin.w, scale)
+		if err != nil {
+			return nil, true, opError(compute.OpTypeMul, err)
+		}
+		w, s, err := f.kernelWeight(c, vs[2:])
+		var row, y *stablehlo.Value
+		if err == nil {
+			row, err = stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, x.shape.Size()))
+		}
+		if err == nil {
+			y, err = f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
+		}
+		if err == nil {
+			y, err = stablehlo.Reshape(y, toXLA(c.product.shape))
+		}
+		out, err := f.result(compute.OpTypeMul, y, err)
+		return out, true, err
+	}
+	return nil, false, nil
 }

@@ -65,3 +65,42 @@ func TestTritonGEMVFP8InModels(t *testing.T) {
 		})
 	}
 }
+
+// With option triton=fold, the one-row windows of a quantized fixture model fold the
+// norms, SwiGLU and residual adds around its FP8 layers into kernels that read the
+// bytes and scale each sum (package quant's per-channel and per-tensor scales alike),
+// where TestTritonFoldInModels' bfloat16 layers fold: qkv's and gate/up's norms (of
+// their normalised input, normalisedProduct), o's and down's residual adds, down's
+// SwiGLU. The head (bfloat16) folds as before.
+func TestTritonFoldFP8InModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold")
+	require.NoError(t, err)
+	const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
+	for _, strategy := range []quant.Strategy{quant.StrategyChannel, quant.StrategyTensor} {
+		quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{Strategy: strategy}) }
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(fmt.Sprintf("%v/%s", strategy, filepath.Base(dir)), func(t *testing.T) {
+				m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+				require.NoError(t, err)
+				cfg := m.Config
+				require.NoError(t, m.Close())
+				wantResidual := 2 * cfg.NumLayers
+				if cfg.Architecture == model.ArchMiniCPM && cfg.ScaleDepth != math.Sqrt(float64(cfg.NumLayers)) {
+					wantResidual = 0 // scaled residual adds, as TestTritonFoldInModels finds
+				}
+				text, layers := windowTextOf(t, b, dir, 1, 1, true, quantize)
+				count := func(kind string) (n int) {
+					for _, c := range tritonCalls(text) {
+						if strings.Contains(c, kind) && strings.Contains(c, "%w: !tt.ptr<f8E4M3FN>") && strings.Contains(c, "%s: !tt.ptr<f32>") {
+							n++
+						}
+					}
+					return n
+				}
+				require.Equal(t, 2*layers, count(normed), "qkv's and gate/up's norms")
+				require.Equal(t, wantResidual, count(residual), "o's and down's residual adds")
+				require.Equal(t, wantResidual/2, count(swiGLU), "down's SwiGLU")
+			})
+		}
+	}
+}

@@ -460,28 +460,38 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 // windows whose norms and residual adds it folds into our GEMVs (the AR step: a
 // session's steps and commits of one token), within TestTritonGEMVModelsMatch's
 // tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
-// another order.
+// another order. So do the models quantized to FP8 (per channel and per tensor), whose
+// folded kernels read the weight bytes, scale each sum and normalise the input first
+// (fp8.go).
 func TestTritonFoldModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withFold, err := sharedTritonFold()
 	require.NoError(t, err)
 	tokens := testTokens
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			worst := requireBF16WindowsMatch(t, withFold, plain, dir,
-				[]string{"step of 1", "commit of 1", "step of 1 after it"},
-				func(m *model.Model, add func([][]float32, error)) {
-					s, err := m.NewSession(32, 1)
-					require.NoError(t, err)
-					defer s.Close()
-					_, err = s.Prefill(tokens[:4])
-					require.NoError(t, err)
-					add(s.Step(tokens[4:5]))
-					add(s.Commit(tokens[4:5]))
-					add(s.Step(tokens[5:6]))
-				})
-			t.Logf("max |norm folded - plain| / max |plain| over the logits: %.2g", worst)
-		})
+	for _, weights := range []string{"bf16", "fp8 per channel", "fp8 per tensor"} {
+		for _, dir := range fixtures.Subdirs(t, "models") {
+			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
+				worst := requireBF16WindowsMatch(t, withFold, plain, dir,
+					[]string{"step of 1", "commit of 1", "step of 1 after it"},
+					func(m *model.Model, add func([][]float32, error)) {
+						switch weights {
+						case "fp8 per channel":
+							require.NoError(t, quant.QuantizeModel(m, quant.Options{Strategy: quant.StrategyChannel}))
+						case "fp8 per tensor":
+							require.NoError(t, quant.QuantizeModel(m, quant.Options{Strategy: quant.StrategyTensor}))
+						}
+						s, err := m.NewSession(32, 1)
+						require.NoError(t, err)
+						defer s.Close()
+						_, err = s.Prefill(tokens[:4])
+						require.NoError(t, err)
+						add(s.Step(tokens[4:5]))
+						add(s.Commit(tokens[4:5]))
+						add(s.Step(tokens[5:6]))
+					})
+				t.Logf("max |norm folded - plain| / max |plain| over the logits: %.2g", worst)
+			})
+		}
 	}
 }
 

@@ -261,6 +261,9 @@ func (f *Function) Mul(lhs, rhs compute.Value) (compute.Value, error) {
 	if v, ok, err := f.normedProduct(lhs, rhs); ok {
 		return v, err
 	}
+	if v, ok, err := f.normalisedProduct(lhs, rhs); ok {
+		return v, err
+	}
 	if v, ok, err := f.normedRows(lhs, rhs); ok {
 		return v, err
 	}

@@ -352,7 +352,11 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 			return nil, opError(op, err)
 		}
 		if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, b[0], rhsContractingAxes, rhsBatchAxes, config); ok {
-			return f.result(op, v, err)
+			out, err := f.result(op, v, err)
+			if err == nil {
+				f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+			}
+			return out, err
 		}
 	}
 	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)

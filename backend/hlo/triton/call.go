@@ -104,48 +104,81 @@ func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stabl
 	return ys[0], nil
 }
 
-// GEMVResidual appends y [1, n] = r + x·wᵀ, float32, to x's function, for x [1, k] and
-// w [n, k] bfloat16 and r [1, n] float32: GEMVResidualTTIR's kernel of tile t.
-func (kn Kernels) GEMVResidual(x, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
-	xs, ws, rs := x.Shape(), w.Shape(), r.Shape()
-	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.BFloat16 || ws.Rank() != 2 ||
-		ws.DType != dtypes.BFloat16 || xs.Dimensions[1] != ws.Dimensions[1] ||
-		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
-		return nil, fmt.Errorf("triton: GEMV with a residual of x %s, w %s and r %s: want x [1, k] and w [n, k] bfloat16, r [1, n] float32", xs, ws, rs)
+// foldWeight checks a fold kernel's W [n, k], bfloat16 or uint8 (FP8 E4M3FN bytes), and
+// its row scales s [n] float32, nil for none, and says what W is.
+func foldWeight(w, s *stablehlo.Value) (Weight, error) {
+	ws := w.Shape()
+	if ws.Rank() != 2 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8) {
+		return Weight{}, fmt.Errorf("w %s: want [n, k] bfloat16 or uint8", ws)
 	}
-	n, k := ws.Dimensions[0], ws.Dimensions[1]
-	ir, err := GEMVResidualTTIR(1, n, k, t)
-	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	if s != nil && !s.Shape().Equal(shapes.Make(dtypes.Float32, ws.Dimensions[0])) {
+		return Weight{}, fmt.Errorf("scales %s: want [%d] float32", s.Shape(), ws.Dimensions[0])
+	}
+	return Weight{FP8: ws.DType == dtypes.Uint8, Scaled: s != nil}, nil
 }
 
-// GEMVSwiGLUResidual appends y [1, n] = r + bf16(SwiGLU(gu))·wᵀ, float32, to gu's
-// function, for gu [1, 2k] float32 (gate, then up), w [n, k] bfloat16 and r [1, n]
-// float32: GEMVSwiGLUResidualTTIR's kernel of tile t.
-func (kn Kernels) GEMVSwiGLUResidual(gu, w, r *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
-	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
-	if ws.Rank() != 2 || ws.DType != dtypes.BFloat16 ||
-		!gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) ||
+// withScales appends the row scales s, when there are, to a fold kernel's operands
+// before its output.
+func withScales(operands []*stablehlo.Value, s *stablehlo.Value) []*stablehlo.Value {
+	if s == nil {
+		return operands
+	}
+	return append(operands, s)
+}
+
+// GEMVResidual appends y [1, n] = r + (x·wᵀ)(·s), float32, to x's function, for x [1, k]
+// bfloat16, w [n, k] bfloat16 or FP8 bytes (uint8), s [n] float32 its row scales or nil
+// for none, and r [1, n] float32: GEMVResidualTTIR's kernel of tile t.
+func (kn Kernels) GEMVResidual(x, w, r, s *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+	xs, ws, rs := x.Shape(), w.Shape(), r.Shape()
+	weight, err := foldWeight(w, s)
+	if err != nil {
+		return nil, fmt.Errorf("triton: GEMV with a residual: %w", err)
+	}
+	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.BFloat16 || xs.Dimensions[1] != ws.Dimensions[1] ||
 		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
-		return nil, fmt.Errorf("triton: GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32, w [n, k] bfloat16", gs, ws, rs)
+		return nil, fmt.Errorf("triton: GEMV with a residual of x %s, w %s and r %s: want x [1, k] bfloat16 and r [1, n] float32", xs, ws, rs)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
-	ir, err := GEMVSwiGLUResidualTTIR(n, k, t)
-	return kn.callGEMV("gemm_swiglu", ir, err, t, []*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, 1, n))
+	ir, err := GEMVResidualTTIR(1, n, k, t, weight)
+	return kn.callGEMV("gemm", ir, err, t, withScales([]*stablehlo.Value{x, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
+}
+
+// GEMVSwiGLUResidual appends y [1, n] = r + (bf16(SwiGLU(gu))·wᵀ)(·s), float32, to gu's
+// function, for gu [1, 2k] float32 (gate, then up), w [n, k] bfloat16 or FP8 bytes
+// (uint8), s [n] float32 its row scales or nil for none, and r [1, n] float32:
+// GEMVSwiGLUResidualTTIR's kernel of tile t.
+func (kn Kernels) GEMVSwiGLUResidual(gu, w, r, s *stablehlo.Value, t Tile) (*stablehlo.Value, error) {
+	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
+	weight, err := foldWeight(w, s)
+	if err != nil {
+		return nil, fmt.Errorf("triton: GEMV with SwiGLU: %w", err)
+	}
+	if !gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) || !rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32", gs, ws, rs)
+	}
+	n, k := ws.Dimensions[0], ws.Dimensions[1]
+	ir, err := GEMVSwiGLUResidualTTIR(n, k, t, weight)
+	return kn.callGEMV("gemm_swiglu", ir, err, t, withScales([]*stablehlo.Value{gu, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
-// times wᵀ, times the row's 1/rms) to x's function, for x [1, k] float32, g [k] and w
-// [n, k] bfloat16: one program per t.BN rows of w.
-func (kn Kernels) GEMVNorm(x, g, w *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, error) {
+// times wᵀ, times s where given, times the row's 1/rms) to x's function, for x [1, k]
+// float32, g [k] bfloat16, w [n, k] bfloat16 or FP8 bytes (uint8) and s [n] float32
+// its row scales or nil for none: one program per t.BN rows of w.
+func (kn Kernels) GEMVNorm(x, g, w, s *stablehlo.Value, t Tile, norm Norm) (*stablehlo.Value, error) {
 	xs, gs, ws := x.Shape(), g.Shape(), w.Shape()
-	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.Float32 || ws.Rank() != 2 ||
-		ws.DType != dtypes.BFloat16 || !gs.Equal(shapes.Make(dtypes.BFloat16, xs.Dimensions[1])) ||
-		xs.Dimensions[1] != ws.Dimensions[1] {
-		return nil, fmt.Errorf("triton: GEMV with a norm of x %s, g %s and w %s: want x [1, k] float32, g [k] and w [n, k] bfloat16", xs, gs, ws)
+	weight, err := foldWeight(w, s)
+	if err != nil {
+		return nil, fmt.Errorf("triton: GEMV with a norm: %w", err)
+	}
+	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.Float32 ||
+		!gs.Equal(shapes.Make(dtypes.BFloat16, xs.Dimensions[1])) || xs.Dimensions[1] != ws.Dimensions[1] {
+		return nil, fmt.Errorf("triton: GEMV with a norm of x %s, g %s and w %s: want x [1, k] float32 and g [k] bfloat16", xs, gs, ws)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
-	ir, err := GEMVNormTTIR(n, k, t, norm)
-	return kn.callGEMV("gemm_norm", ir, err, t, []*stablehlo.Value{x, g, w}, shapes.Make(dtypes.Float32, 1, n))
+	ir, err := GEMVNormTTIR(n, k, t, norm, weight)
+	return kn.callGEMV("gemm_norm", ir, err, t, withScales([]*stablehlo.Value{x, g, w}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
 // AttentionOutput appends our attention of a to fn, the function of k, for the

@@ -75,24 +75,24 @@ func TestGEMVNormCall(t *testing.T) {
 		shapes.Make(dtypes.BFloat16, 40, 256))
 	x, g, w := in[0], in[1], in[2]
 	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
-	_, err := Kernels{}.GEMVNorm(w, g, w, tile, norm)
+	_, err := Kernels{}.GEMVNorm(w, g, w, nil, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
-	_, err = Kernels{}.GEMVNorm(x, x, w, tile, norm)
+	_, err = Kernels{}.GEMVNorm(x, x, w, nil, tile, norm)
 	require.ErrorContains(t, err, "want x [1, k] float32")
-	_, err = Kernels{}.GEMVNorm(x, g, w, Tile{BN: 16, BK: 128, Stages: 2}, norm)
+	_, err = Kernels{}.GEMVNorm(x, g, w, nil, Tile{BN: 16, BK: 128, Stages: 2}, norm)
 	require.ErrorContains(t, err, "does not divide")
-	y, err := Kernels{}.GEMVNorm(x, g, w, tile, norm)
+	y, err := Kernels{}.GEMVNorm(x, g, w, nil, tile, norm)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
-	ir, err := GEMVNormTTIR(40, 256, tile, norm)
+	ir, err := GEMVNormTTIR(40, 256, tile, norm, Weight{})
 	require.NoError(t, err)
 	require.Contains(t, ir, "arith.constant 0x3B800000 : f32") // 1/256
 	require.Contains(t, ir, "arith.constant 0x3727C5AC : f32") // float32(1e-5)
 	require.Contains(t, ir, "math.rsqrt")
 	require.Contains(t, ir, "{tt.num_stages = 2 : i32}")
 	require.Equal(t, 2, strings.Count(ir, "arith.truncf"), "x rounded, then x·g rounded")
-	_, err = GEMVNormTTIR(40, 256, Tile{BN: 8, BK: 128, Stages: 1, Dot: true}, norm)
+	_, err = GEMVNormTTIR(40, 256, Tile{BN: 8, BK: 128, Stages: 1, Dot: true}, norm, Weight{})
 	require.ErrorContains(t, err, "only 1-row tiles")
 }
 
@@ -103,13 +103,13 @@ func TestGEMVResidualCall(t *testing.T) {
 		shapes.Make(dtypes.Float32, 1, 40))
 	x, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err := Kernels{}.GEMVResidual(x, w, x, tile)
+	_, err := Kernels{}.GEMVResidual(x, w, x, nil, tile)
 	require.ErrorContains(t, err, "r [1, n] float32")
-	y, err := Kernels{}.GEMVResidual(x, w, r, tile)
+	y, err := Kernels{}.GEMVResidual(x, w, r, nil, tile)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
-	ir, err := GEMVResidualTTIR(1, 40, 256, tile)
+	ir, err := GEMVResidualTTIR(1, 40, 256, tile, Weight{})
 	require.NoError(t, err)
 	require.Contains(t, ir, "%w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
 	require.Contains(t, ir, "%res0 = arith.addf %rv0, %sum0 : tensor<8xf32>")
@@ -118,7 +118,7 @@ func TestGEMVResidualCall(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, plain, "%r: ")
 	require.NotContains(t, plain, "%rbase")
-	_, err = GEMVResidualTTIR(1, 40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
+	_, err = GEMVResidualTTIR(1, 40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true}, Weight{})
 	require.ErrorContains(t, err, "only 1-row tiles")
 }
 
@@ -130,19 +130,19 @@ func TestGEMVSwiGLUResidualCall(t *testing.T) {
 		shapes.Make(dtypes.Float32, 1, 40))
 	gu, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	_, err := Kernels{}.GEMVSwiGLUResidual(r, w, r, tile)
+	_, err := Kernels{}.GEMVSwiGLUResidual(r, w, r, nil, tile)
 	require.ErrorContains(t, err, "want gu [1, 2k]")
-	y, err := Kernels{}.GEMVSwiGLUResidual(gu, w, r, tile)
+	y, err := Kernels{}.GEMVSwiGLUResidual(gu, w, r, nil, tile)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
 
-	ir, err := GEMVSwiGLUResidualTTIR(40, 256, tile)
+	ir, err := GEMVSwiGLUResidualTTIR(40, 256, tile, Weight{})
 	require.NoError(t, err)
 	require.Contains(t, ir, "%upoff = arith.constant dense<256> : tensor<1x128xi32>")
 	require.Contains(t, ir, "math.exp")
 	require.Equal(t, 1, strings.Count(ir, "arith.truncf"), "SwiGLU rounded once, to bf16")
 	require.Contains(t, ir, "%res = arith.addf %rv, %sum")
-	_, err = GEMVSwiGLUResidualTTIR(40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true})
+	_, err = GEMVSwiGLUResidualTTIR(40, 256, Tile{BN: 16, BK: 128, Stages: 1, Dot: true}, Weight{})
 	require.ErrorContains(t, err, "only 1-row tiles")
 }
 
@@ -156,11 +156,17 @@ func TestLaunchMarks(t *testing.T) {
 		"gemm, 1 row":      func() (string, error) { return GEMVTTIR(1, 64, 256, row, dtypes.BFloat16, dtypes.BFloat16) },
 		"gemm, 4 rows":     func() (string, error) { return GEMVTTIR(4, 64, 256, row, dtypes.BFloat16, dtypes.Float32) },
 		"gemm, a Dot tile": func() (string, error) { return GEMVTTIR(4, 64, 256, dot, dtypes.BFloat16, dtypes.BFloat16) },
-		"gemm_norm":        func() (string, error) { return GEMVNormTTIR(64, 256, row, norm) },
-		"gemm, residual":   func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row) },
-		"gemm_swiglu":      func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row) },
-		"attention":        func() (string, error) { return AttentionTTIR(decodeAttention(1, 4)) },
-		"combine":          func() (string, error) { return AttentionCombineTTIR(decodeAttention(1, 4)) },
+		"gemm_norm":        func() (string, error) { return GEMVNormTTIR(64, 256, row, norm, Weight{}) },
+		"gemm, residual":   func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row, Weight{}) },
+		"gemm_swiglu":      func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row, Weight{}) },
+		"gemm_norm, FP8":   func() (string, error) { return GEMVNormTTIR(64, 256, row, norm, Weight{FP8: true, Scaled: true}) },
+		"residual, FP8":    func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row, Weight{FP8: true, Scaled: true}) },
+		"gemm_swiglu, FP8": func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row, Weight{FP8: true, Scaled: true}) },
+		"gemm_norm, before": func() (string, error) {
+			return GEMVNormTTIR(64, 256, row, Norm{InvK: 1.0 / 256, Eps: 1e-6, Before: true}, Weight{FP8: true, Scaled: true})
+		},
+		"attention": func() (string, error) { return AttentionTTIR(decodeAttention(1, 4)) },
+		"combine":   func() (string, error) { return AttentionCombineTTIR(decodeAttention(1, 4)) },
 	}
 	for name, text := range texts {
 		ir, err := text()
@@ -186,4 +192,56 @@ func TestLaunchMarks(t *testing.T) {
 	require.ErrorContains(t, err, "unmarked needs one mark of each kind")
 	_, err = Kernels{}.launchMarks("unmarked", "module {}")
 	require.NoError(t, err, "without PDL no mark is needed")
+}
+
+// The fold kernels take FP8 bytes with row scales (package quant's FP8 layers): W's
+// loads are f8E4M3FN, s comes after r (and before y), and each sum is scaled before the
+// 1/rms or the residual; the operands are checked.
+func TestFoldKernelsFP8(t *testing.T) {
+	fn, in := inputs(t, "gemv_norm_fp8", shapes.Make(dtypes.Float32, 1, 256), shapes.Make(dtypes.BFloat16, 256),
+		shapes.Make(dtypes.Uint8, 40, 256), shapes.Make(dtypes.Float32, 40), shapes.Make(dtypes.Float32, 1, 40),
+		shapes.Make(dtypes.BFloat16, 1, 256), shapes.Make(dtypes.Float32, 1, 512))
+	x, g, w, s, r, xb, gu := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
+	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
+	_, err := Kernels{}.GEMVNorm(x, g, w, r, tile, norm)
+	require.ErrorContains(t, err, "want [40] float32")
+	_, err = Kernels{}.GEMVResidual(xb, w, r, xb, tile)
+	require.ErrorContains(t, err, "want [40] float32")
+	_, err = Kernels{}.GEMVSwiGLUResidual(gu, s, r, s, tile)
+	require.ErrorContains(t, err, "want [n, k] bfloat16 or uint8")
+	y, err := Kernels{}.GEMVNorm(x, g, w, s, tile, norm)
+	require.NoError(t, err)
+	program := requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
+	require.Contains(t, program, "(tensor<1x256xf32>, tensor<256xbf16>, tensor<40x256xui8>, tensor<40xf32>) -> tensor<1x40xf32>")
+
+	scaled := Weight{FP8: true, Scaled: true}
+	ir, err := GEMVNormTTIR(40, 256, tile, norm, scaled)
+	require.NoError(t, err)
+	require.Contains(t, ir, "%w: !tt.ptr<f8E4M3FN> {tt.divisibility = 16 : i32}, %s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
+	require.Contains(t, ir, "tt.fp_to_fp %wv")
+	require.Less(t, strings.Index(ir, "%sum = arith.mulf %raw, %sv"), strings.Index(ir, "%yv = arith.mulf %sum, %invs"), "scaled, then 1/rms")
+	ir, err = GEMVResidualTTIR(1, 40, 256, tile, scaled)
+	require.NoError(t, err)
+	require.Contains(t, ir, "%r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
+	require.Less(t, strings.Index(ir, "%sum0 = arith.mulf %raw0, %sv"), strings.Index(ir, "%res0 = arith.addf %rv0, %sum0"), "scaled, then the residual")
+	ir, err = GEMVSwiGLUResidualTTIR(40, 256, tile, scaled)
+	require.NoError(t, err)
+	require.Contains(t, ir, "%r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32>")
+	require.Less(t, strings.Index(ir, "%sum = arith.mulf %raw, %sv"), strings.Index(ir, "%res = arith.addf %rv, %sum"), "scaled, then the residual")
+	// Quantized layers' input is normalised before the product: the squares are summed
+	// in a loop of their own, x scaled by 1/rms before its roundings, the sums stored
+	// after their scales.
+	norm.Before = true
+	ir, err = GEMVNormTTIR(40, 256, tile, norm, scaled)
+	require.NoError(t, err)
+	require.Equal(t, 2, strings.Count(ir, "scf.for"))
+	require.Less(t, strings.Index(ir, "%iv = math.rsqrt"), strings.Index(ir, "%loop = scf.for"), "1/rms before the product's loop")
+	require.Contains(t, ir, "%xs = arith.mulf %xv, %ivk : tensor<1x128xf32>")
+	require.Contains(t, ir, "%xb = arith.truncf %xs")
+	require.NotContains(t, ir, "%invs")
+	require.Contains(t, ir, "tt.store %yp, %sum")
+	unscaled, err := GEMVSwiGLUResidualTTIR(40, 256, tile, Weight{FP8: true})
+	require.NoError(t, err)
+	require.NotContains(t, unscaled, "%s: ")
+	require.NotContains(t, unscaled, "%raw")
 }

@@ -138,22 +138,48 @@ func GEMVTTIR(m, n, k int, t Tile, w, out dtypes.DType) (string, error) {
 	case t.Dot:
 		return dotTTIR(m, n, k, t, w, out), nil
 	}
-	return rowsTTIR(m, n, k, t, w, out, false), nil
+	return rowsTTIR(m, n, k, t, Weight{FP8: w == dtypes.Uint8}, out, false), nil
+}
+
+// Weight is what a fold kernel's W holds (GEMVNormTTIR, GEMVResidualTTIR,
+// GEMVSwiGLUResidualTTIR): bfloat16 values (the zero value), or FP8 E4M3FN bytes; with
+// Scaled the kernel also takes s [n] float32, a scale per row of W, by which it
+// multiplies each row's sum before the rest of its epilogue, as package quant's FP8
+// layers scale their products (input scale × weight scale) before anything else.
+type Weight struct {
+	FP8, Scaled bool
+}
+
+// dtype is the element type of W's buffer: uint8 for FP8 bytes.
+func (w Weight) dtype() dtypes.DType {
+	if w.FP8 {
+		return dtypes.Uint8
+	}
+	return dtypes.BFloat16
+}
+
+// scaleArg is the kernel argument %s before %y of a scaled W, else nothing.
+func (w Weight) scaleArg() string {
+	if w.Scaled {
+		return "%s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
+	}
+	return ""
 }
 
 // GEMVResidualTTIR is GEMVTTIR's kernel of a float32 y that adds the float32 residual
-// r [m, n] to its sums: y = r + x·Wᵀ, its arguments x, W, r and y in that order. That
-// is model's residual add after a dense layer, which then needs no kernel of its own.
-func GEMVResidualTTIR(m, n, k int, t Tile) (string, error) {
+// r [m, n] to its sums: y = r + x·Wᵀ (r + (x·Wᵀ)·s with w.Scaled), its arguments x, W,
+// r, (s,) y in that order. That is model's residual add after a dense layer, which
+// then needs no kernel of its own.
+func GEMVResidualTTIR(m, n, k int, t Tile, w Weight) (string, error) {
 	if err := checkRowTile("GEMV with a residual", m, n, k, t); err != nil {
 		return "", err
 	}
-	return rowsTTIR(m, n, k, t, dtypes.BFloat16, dtypes.Float32, true), nil
+	return rowsTTIR(m, n, k, t, w, dtypes.Float32, true), nil
 }
 
-// rowsTTIR writes GEMVTTIR's 1-row kernel of a W of dtype w, adding the residual r
-// when residual is set (GEMVResidualTTIR).
-func rowsTTIR(m, n, k int, t Tile, w, out dtypes.DType, residual bool) string {
+// rowsTTIR writes GEMVTTIR's 1-row kernel of W w, adding the residual r when residual
+// is set (GEMVResidualTTIR).
+func rowsTTIR(m, n, k int, t Tile, w Weight, out dtypes.DType, residual bool) string {
 	var b strings.Builder
 	// perRow appends text once per row of x: $m is the row, $xoff and $yoff the
 	// offsets of its x and y rows, $acc its accumulator after the loop.
@@ -189,6 +215,7 @@ func rowsTTIR(m, n, k int, t Tile, w, out dtypes.DType, residual bool) string {
 	if residual {
 		head = strings.Replace(head, "%y: !tt.ptr<$YT>", "%r: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %y: !tt.ptr<$YT>", 1)
 	}
+	head = strings.Replace(head, "%y: !tt.ptr<$YT>", w.scaleArg()+"%y: !tt.ptr<$YT>", 1)
 
 	b.WriteString(head + rowTile + `    %xbase = tt.splat %x : !tt.ptr<bf16> -> tensor<$BKx!tt.ptr<bf16>>
     %xp0 = tt.addptr %xbase, %rk : tensor<$BKx!tt.ptr<bf16>>, tensor<$BKxi32>
@@ -222,12 +249,18 @@ func rowsTTIR(m, n, k int, t Tile, w, out dtypes.DType, residual bool) string {
 `
 		stored = "%res$m"
 	}
-	perRow(`    %sum$m = "tt.reduce"($acc) <{axis = 1 : i32}> ({
+	// scale multiplies a scaled W's sums by its row scales %sv.
+	sum, scale := "%sum$m", ""
+	if w.Scaled {
+		b.WriteString(rowScales)
+		sum, scale = "%raw$m", "    %sum$m = arith.mulf %raw$m, %sv : tensor<$BNxf32>\n"
+	}
+	perRow(`    ` + sum + ` = "tt.reduce"($acc) <{axis = 1 : i32}> ({
     ^bb0(%l$m: f32, %r$m: f32):
       %t$m = arith.addf %l$m, %r$m : f32
       tt.reduce.return %t$m : f32
     }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
-` + round + `    %yo$m = arith.constant dense<$yoff> : tensor<$BNxi32>
+` + scale + round + `    %yo$m = arith.constant dense<$yoff> : tensor<$BNxi32>
     %yr$m = arith.addi %rows, %yo$m : tensor<$BNxi32>
 ` + addResidual + `    %yp$m = tt.addptr %ybase, %yr$m : tensor<$BNx!tt.ptr<$YT>>, tensor<$BNxi32>
     tt.store %yp$m, ` + stored + ` : tensor<$BNx!tt.ptr<$YT>>
@@ -235,7 +268,7 @@ func rowsTTIR(m, n, k int, t Tile, w, out dtypes.DType, residual bool) string {
 	b.WriteString(`    tt.return
   }
 }`)
-	return rowKernel(b.String(), k, t, w, "$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"),
+	return rowKernel(b.String(), k, t, w.dtype(), "$ACCS", accs, "$ITERARGS", rowList("%%a%d = %%zero"),
 		"$TYPES", strings.Join(slices.Repeat([]string{accType}, m), ", "), "$YIELDS", rowList("%%s%d"),
 		"$YT", elementType(out))
 }
@@ -292,15 +325,29 @@ const wTile = `      %kw = tt.splat %k : i32 -> tensor<$BNx$BKxi32>
 $WF`
 
 // sumTile reduces a 1-row kernel's accumulator acc [BN, BK] after its K loop to its
-// rows' sums %sum [BN].
-func sumTile(acc string) string {
-	return `    %sum = "tt.reduce"(` + acc + `) <{axis = 1 : i32}> ({
+// rows' sums %sum [BN], times their scales s of a scaled W.
+func sumTile(acc string, w Weight) string {
+	sum := "%sum"
+	if w.Scaled {
+		sum = "%raw"
+	}
+	text := `    ` + sum + ` = "tt.reduce"(` + acc + `) <{axis = 1 : i32}> ({
     ^bb0(%l: f32, %rr: f32):
       %t = arith.addf %l, %rr : f32
       tt.reduce.return %t : f32
     }) : (tensor<$BNx$BKxf32>) -> tensor<$BNxf32>
 `
+	if w.Scaled {
+		text += rowScales + "    %sum = arith.mulf %raw, %sv : tensor<$BNxf32>\n"
+	}
+	return text
 }
+
+// rowScales loads a scaled W's scales %sv [BN] of the program's rows %rows from s.
+const rowScales = `    %sbase = tt.splat %s : !tt.ptr<f32> -> tensor<$BNx!tt.ptr<f32>>
+    %sp = tt.addptr %sbase, %rows : tensor<$BNx!tt.ptr<f32>>, tensor<$BNxi32>
+    %sv = tt.load %sp : tensor<$BNx!tt.ptr<f32>>
+`
 
 // storeRows ends a 1-row kernel of a float32 y: it stores y [BN] at its rows of y.
 func storeRows(y string) string {

@@ -4,48 +4,77 @@ import (
 	"fmt"
 	"math"
 	"strings"
-
-	"github.com/gomlx/compute/dtypes"
 )
 
 // Norm is the RMSNorm that GEMVNormTTIR's kernel folds into its product: each row's
-// 1/rms is rsqrt(Σx²·InvK + Eps), the float32 constants of the graph it replaces.
+// 1/rms is rsqrt(Σx²·InvK + Eps), the float32 constants of the graph it replaces. With
+// Before, the 1/rms scales x before the product, as model does for quantized layers
+// (their input normalised: bf16(bf16(x·1/rms)·g)), rather than the product's output.
 type Norm struct {
 	InvK, Eps float32
+	Before    bool
 }
 
 // GEMVNormTTIR is the TTIR module of the kernel @gemm_norm: for one float32 row x [k],
-// the norm weight g [k] and W [n, k] bfloat16, y[n0:n0+bn] = (bf16(bf16(x)·g) ·
-// W[n0:n0+bn, :]ᵀ) · rsqrt(Σx²·InvK + Eps), float32, its arguments x, g, W and y in
-// that order. That is model's dense layer after an RMSNorm (model/forward.go: the row's
-// 1/rms on the product's output, the input x·weight rounded to bfloat16 as the graph
-// rounds it), with the norm's reduction, its product by the weight and the rounding
-// done as each program loads x: every program reads all of x anyway, so the norm's
-// own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep. x, g
-// and the squares are [1, bk] tiles, as W's broadcast takes them: with x [bk] and its
-// squares summed apart, gate/up's kernel took 17.3 µs, with these tiles 15.7 µs
-// (BENCHMARKS.md, runs CJ and CK).
-func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
+// the norm weight g [k] bfloat16 and W [n, k] as w says, y[n0:n0+bn] = (bf16(bf16(x)·g)
+// · W[n0:n0+bn, :]ᵀ) · rsqrt(Σx²·InvK + Eps), float32 (the product times W's row
+// scales s first, with w.Scaled; with norm.Before, bf16(bf16(x·rsqrt(…))·g) ·
+// W[n0:n0+bn, :]ᵀ), its arguments x, g, W, (s,) y in that order. That is model's dense
+// layer after an RMSNorm (model/forward.go: the row's 1/rms on the product's output,
+// the input x·weight rounded to bfloat16 as the graph rounds it), with the norm's
+// reduction, its product by the weight and the rounding done as each program loads x:
+// every program reads all of x anyway, so the norm's own kernel goes. With norm.Before
+// each program sums x's squares in a loop of its own first (x is read twice). It runs
+// n/bn programs of GEMVTTIR's 1-row loop, Stages deep. x, g and the squares are [1, bk]
+// tiles, as W's broadcast takes them: with x [bk] and its squares summed apart,
+// gate/up's kernel took 17.3 µs, with these tiles 15.7 µs (BENCHMARKS.md, runs CJ and
+// CK).
+func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
 	if err := checkRowTile("GEMV with a norm", 1, n, k, t); err != nil {
 		return "", err
 	}
+	// The loop's state: W's accumulator, and the squares unless summed before it.
+	state, args, types, yield, squares, scaled := "%loop:2", "%a = %zero, %q = %zerok", "tensor<$BNx$BKxf32>, tensor<1x$BKxf32>",
+		"%a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>", `      %xx = arith.mulf %xv, %xv : tensor<1x$BKxf32>
+      %q1 = arith.addf %q, %xx : tensor<1x$BKxf32>
+`, "%xv"
+	prologue, epilogue := "", sumTile("%loop#0", w)+invRMS("%loop#1", "$BK")+`    %invs = tt.broadcast %iv : tensor<1xf32> -> tensor<$BNxf32>
+    %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
+`+storeRows("%yv")
+	if norm.Before {
+		state, args, types, yield, squares, scaled = "%loop", "%a = %zero", "tensor<$BNx$BKxf32>", "%a1 : tensor<$BNx$BKxf32>", "", "%xs"
+		prologue = `    %sq = scf.for %kq = %c0 to %cK step %cBK iter_args(%q = %zerok) -> (tensor<1x$BKxf32>) : i32 {
+      %kxq = tt.splat %kq : i32 -> tensor<1x$BKxi32>
+      %xkq = tt.addptr %xp0, %kxq : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
+      %xq = tt.load %xkq : tensor<1x$BKx!tt.ptr<f32>>
+      %xxq = arith.mulf %xq, %xq : tensor<1x$BKxf32>
+      %q1 = arith.addf %q, %xxq : tensor<1x$BKxf32>
+      scf.yield %q1 : tensor<1x$BKxf32>
+    }
+` + invRMS("%sq", "$BK") + `    %iv2 = tt.expand_dims %iv {axis = 1 : i32} : tensor<1xf32> -> tensor<1x1xf32>
+    %ivk = tt.broadcast %iv2 : tensor<1x1xf32> -> tensor<1x$BKxf32>
+`
+		epilogue = sumTile("%loop", w) + storeRows("%sum")
+	}
+	normed := ""
+	if norm.Before {
+		normed = "      %xs = arith.mulf %xv, %ivk : tensor<1x$BKxf32>\n"
+	}
 	text := `module {
-  tt.func public @gemm_norm(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+  tt.func public @gemm_norm(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<$WT> {tt.divisibility = 16 : i32}, ` + w.scaleArg() + `%y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
 ` + programStart + rowTile + `    %xbase = tt.splat %x : !tt.ptr<f32> -> tensor<1x$BKx!tt.ptr<f32>>
     %xp0 = tt.addptr %xbase, %rk2 : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
     %gbase = tt.splat %g : !tt.ptr<bf16> -> tensor<1x$BKx!tt.ptr<bf16>>
     %gp0 = tt.addptr %gbase, %rk2 : tensor<1x$BKx!tt.ptr<bf16>>, tensor<1x$BKxi32>
     %zero = arith.constant dense<0.000000e+00> : tensor<$BNx$BKxf32>
     %zerok = arith.constant dense<0.000000e+00> : tensor<1x$BKxf32>
-    %loop:2 = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero, %q = %zerok) -> (tensor<$BNx$BKxf32>, tensor<1x$BKxf32>) : i32 {
+` + prologue + `    ` + state + ` = scf.for %k = %c0 to %cK step %cBK iter_args(` + args + `) -> (` + types + `) : i32 {
 ` + wTile + `      %kx = tt.splat %k : i32 -> tensor<1x$BKxi32>
       %xk = tt.addptr %xp0, %kx : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
       %xv = tt.load %xk : tensor<1x$BKx!tt.ptr<f32>>
       %gk = tt.addptr %gp0, %kx : tensor<1x$BKx!tt.ptr<bf16>>, tensor<1x$BKxi32>
       %gv = tt.load %gk : tensor<1x$BKx!tt.ptr<bf16>>
-      %xx = arith.mulf %xv, %xv : tensor<1x$BKxf32>
-      %q1 = arith.addf %q, %xx : tensor<1x$BKxf32>
-      %xb = arith.truncf %xv : tensor<1x$BKxf32> to tensor<1x$BKxbf16>
+` + squares + normed + `      %xb = arith.truncf ` + scaled + ` : tensor<1x$BKxf32> to tensor<1x$BKxbf16>
       %xbf = arith.extf %xb : tensor<1x$BKxbf16> to tensor<1x$BKxf32>
       %gf = arith.extf %gv : tensor<1x$BKxbf16> to tensor<1x$BKxf32>
       %xg = arith.mulf %xbf, %gf : tensor<1x$BKxf32>
@@ -54,12 +83,10 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm) (string, error) {
       %xbb = tt.broadcast %xgf : tensor<1x$BKxf32> -> tensor<$BNx$BKxf32>
       %p = arith.mulf %wf, %xbb : tensor<$BNx$BKxf32>
       %a1 = arith.addf %a, %p : tensor<$BNx$BKxf32>
-      scf.yield %a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>
+      scf.yield ` + yield + `
     }$LOOPATTR
-` + launchMark + `` + sumTile("%loop#0") + invRMS("%loop#1", "$BK") + `    %invs = tt.broadcast %iv : tensor<1xf32> -> tensor<$BNxf32>
-    %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
-` + storeRows("%yv")
-	return rowKernel(text, k, t, dtypes.BFloat16, "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
+` + launchMark + epilogue
+	return rowKernel(text, k, t, w.dtype(), "$INVK", f32Literal(norm.InvK), "$EPS", f32Literal(norm.Eps)), nil
 }
 
 // invRMS is a row's 1/rms %iv [1] from its squares [1, width] (in tiles, summed
