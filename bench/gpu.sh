@@ -225,13 +225,13 @@ fp8() {
 }
 
 fp8gemv() {
-  # FP8 weights on ours (runs EN-EQ, ~4 min): hlo's GPU test of our GEMV (bf16, and FP8 bytes)
+  # FP8 weights on ours (runs EN-EQ, ~5 min): hlo's GPU tests of our kernels on FP8 bytes
   # against XLA's product of the decoded weight; the batch-1 steps in bf16, with FP8
   # weights that our GEMVs read up to 8 rows (quant's table decoder, -fp8-decoder lut,
   # the default) and with FP8 weights that XLA decodes (-fp8-decoder bits, which the
   # backend does not recognise); then fused decoding at batch 1, bf16 and FP8.
   section "our GEMV on FP8 bytes and the folds around it against XLA's product of the decoded weight"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch|TritonFoldModelsMatch' 2>&1 |
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch|TritonFoldModelsMatch|TritonNormModelsMatch' 2>&1 |
     grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
   local a
   for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits"; do

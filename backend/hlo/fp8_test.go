@@ -104,3 +104,29 @@ func TestTritonFoldFP8InModels(t *testing.T) {
 		}
 	}
 }
+
+// With option triton=norm, the norms before a quantized fixture model's FP8 layers of
+// several rows (qkv's and gate/up's) run as our norm kernel returning the normalised
+// row (RowNorm's Before), which our GEMV multiplies by the bytes where it has a tile
+// (4 rows; the fixtures' small weights fit none at 8, so XLA's product of the decoded
+// weight takes it there).
+func TestTritonNormFP8InModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=norm")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			for _, batch := range []int{1, 2} {
+				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
+				require.Equal(t, 2*layers, tritonCallsWith(text, "%xs = arith.mulf"), "batch %d: the normalised rows of qkv and gate/up", batch)
+				// At 4 rows: one per FP8 layer, and the two that qkv and gate/up first
+				// had on XLA's norm, left unused for XLA to remove.
+				want := 4*layers + 2*layers
+				if batch == 2 {
+					want = 0
+				}
+				require.Equal(t, want, tritonCallsWith(text, "%w: !tt.ptr<f8E4M3FN>"), "batch %d: our GEMVs on the bytes", batch)
+			}
+		})
+	}
+}

@@ -549,22 +549,29 @@ func TestTritonAttentionModelsMatch(t *testing.T) {
 // The bf16 fixture models with triton=norm give the plain backend's logits where our
 // norm kernel runs the RMSNorms of several rows: a prefill of 12 tokens, then a commit
 // of 4, and windows of 8 at batch 2; alone and with the options blockdiff picks on
-// CUDA. The tolerance is TestTritonGEMVModelsMatch's.
+// CUDA. So do the models quantized to FP8, whose norm kernel returns the normalised
+// rows of their layers (RowNorm's Before) and whose commit of 4 multiplies them by
+// the bytes in our GEMV. The tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonNormModelsMatch(t *testing.T) {
 	tokens := append(slices.Clone(testTokens), testTokens...)
-	requireOptionsMatchPlain(t, []string{"notf32,triton=norm", "notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"},
-		"norm", []string{"prefill of 12", "commit of 4", "batch 2, window 8", "batch 2, window 8 over the cache"},
-		func(t *testing.T, m *model.Model, add func([][]float32, error)) {
-			s, err := m.NewSession(32, 4)
-			require.NoError(t, err)
-			defer s.Close()
-			last, err := s.Prefill(tokens[:12])
-			add([][]float32{last}, err)
-			add(s.Commit(tokens[12:16]))
-			batch2 := batch2Windows(t, m, 32)
-			add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
-			add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
-		})
+	for _, fp8 := range []bool{false, true} {
+		requireOptionsMatchPlain(t, []string{"notf32,triton=norm", "notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"},
+			fmt.Sprintf("norm, FP8 %v", fp8), []string{"prefill of 12", "commit of 4", "batch 2, window 8", "batch 2, window 8 over the cache"},
+			func(t *testing.T, m *model.Model, add func([][]float32, error)) {
+				if fp8 {
+					require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
+				}
+				s, err := m.NewSession(32, 4)
+				require.NoError(t, err)
+				defer s.Close()
+				last, err := s.Prefill(tokens[:12])
+				add([][]float32{last}, err)
+				add(s.Commit(tokens[12:16]))
+				batch2 := batch2Windows(t, m, 32)
+				add(batch2(8, [2]int32{0, 0}, [2]int32{8, 4}))
+				add(batch2(8, [2]int32{8, 4}, [2]int32{8, 8}))
+			})
+	}
 }
 
 // The bf16 fixture models with triton=place give the plain backend's logits where our

@@ -139,8 +139,10 @@ func CheckRowNorm(r RowNorm) error {
 // "The prefill"). Program r reads row r of x, or of a and b and then stores their sum
 // x = a + b in s (with r.Sum), and stores inv[r] = rsqrt(Σx²·InvK + Eps) and
 // xg[r] = bf16(bf16(x)·g) for the norm weight g [K] bfloat16, as the graph rounds them:
-// its product by W then takes xg, and its output is scaled by inv. The arguments are a,
-// b (with Sum), g, s (with Sum), xg and inv, in that order.
+// its product by W then takes xg, and its output is scaled by inv. With r.Before, xg[r]
+// is the normalised row bf16(bf16(x·inv[r])·g) of a quantized layer's input instead, and
+// the product's output is not scaled. The arguments are a, b (with Sum), g, s (with
+// Sum), xg and inv, in that order.
 func RowNormTTIR(r RowNorm) (string, error) {
 	if err := CheckRowNorm(r); err != nil {
 		return "", err
@@ -169,7 +171,7 @@ $SUM    %xx = arith.mulf $X, $X : tensor<1x$Pxf32>
     %rows = tt.splat %row : i32 -> tensor<1xi32>
     %ip = tt.addptr %ibase, %rows : tensor<1x!tt.ptr<f32>>, tensor<1xi32>
     tt.store %ip, %iv : tensor<1x!tt.ptr<f32>>
-    %xb = arith.truncf $X : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
+$NORMED    %xb = arith.truncf $XN : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
     %xbf = arith.extf %xb : tensor<1x$Pxbf16> to tensor<1x$Pxf32>
     %gf = arith.extf %gv : tensor<1x$Pxbf16> to tensor<1x$Pxf32>
     %xgf = arith.mulf %xbf, %gf : tensor<1x$Pxf32>
@@ -187,7 +189,14 @@ $SUM    %xx = arith.mulf $X, $X : tensor<1x$Pxf32>
 		sArg = "%s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
 		sum, x = rowSum, "%x"
 	}
-	text = strings.NewReplacer("$BARG", bArg, "$SARG", sArg, "$SUM", sum, "$X", x).Replace(text)
+	normed, xn := "", x
+	if r.Before {
+		normed, xn = `    %iv2 = tt.expand_dims %iv {axis = 1 : i32} : tensor<1xf32> -> tensor<1x1xf32>
+    %ivb = tt.broadcast %iv2 : tensor<1x1xf32> -> tensor<1x$Pxf32>
+    %xs = arith.mulf `+x+`, %ivb : tensor<1x$Pxf32>
+`, "%xs"
+	}
+	text = strings.NewReplacer("$BARG", bArg, "$SARG", sArg, "$SUM", sum, "$NORMED", normed, "$XN", xn, "$X", x).Replace(text)
 	return strings.NewReplacer("$K", fmt.Sprint(r.K), "$P", fmt.Sprint(r.padded()), "$INVK", f32Literal(r.InvK),
 		"$EPS", f32Literal(r.Eps)).Replace(text), nil
 }

@@ -40,4 +40,26 @@ func TestRowNormTTIR(t *testing.T) {
 		}
 	}
 	require.ErrorContains(t, CheckRowNorm(RowNorm{M: 4, K: 8192}), "want rows of 1 to 4096 values")
+
+	// A quantized layer's input is the normalised row: x scaled by its 1/rms before
+	// its rounding; the rest is the same kernel.
+	for _, sum := range []bool{false, true} {
+		r := RowNorm{M: 8, K: 2048, Sum: sum, Norm: Norm{InvK: 1.0 / 2048, Eps: 1e-5}}
+		after, err := RowNormTTIR(r)
+		require.NoError(t, err)
+		r.Before = true
+		before, err := RowNormTTIR(r)
+		require.NoError(t, err)
+		requireWellFormed(t, before)
+		x := map[bool]string{false: "%av", true: "%x"}[sum]
+		require.Contains(t, before, "%xs = arith.mulf "+x+", %ivb : tensor<1x2048xf32>")
+		require.Contains(t, before, "%xb = arith.truncf %xs")
+		var kept []string
+		for line := range strings.SplitSeq(before, "\n") {
+			if !strings.Contains(line, "%iv2 = ") && !strings.Contains(line, "%ivb = ") && !strings.Contains(line, "%xs = ") {
+				kept = append(kept, line)
+			}
+		}
+		require.Equal(t, after, strings.Replace(strings.Join(kept, "\n"), "arith.truncf %xs", "arith.truncf "+x, 1))
+	}
 }
