@@ -178,8 +178,9 @@ func (f *Function) denseProduct(out compute.Value, x, w compute.Value, xContract
 }
 
 // foldCandidate is one way round of a binary operation's operands: product, a dense
-// product of one row (denseProduct) whose weight has a 1-row GEMV tile t, or such a
-// product of FP8 bytes times its scale (scaledProductOf), and other.
+// product of one row (denseProduct) whose weight has a 1-row GEMV tile t (gemvTile's),
+// or such a product of FP8 bytes times its scale (scaledProductOf; fp8Tile's), and
+// other.
 type foldCandidate struct {
 	product, other *value
 	scale          *value // the FP8 product's scale, nil for a bfloat16 product
@@ -208,7 +209,11 @@ func (f *Function) foldCandidates(lhs, rhs compute.Value) []foldCandidate {
 			continue
 		}
 		w := product.origin.w.shape.Dimensions
-		if t, ok := gemvTile(1, w[0], w[1]); ok && !t.Dot {
+		tile := gemvTile
+		if scaled {
+			tile = fp8Tile
+		}
+		if t, ok := tile(1, w[0], w[1]); ok && !t.Dot {
 			cs = append(cs, foldCandidate{product: product, other: pair[1], scale: scale, t: t})
 		}
 	}
