@@ -46,11 +46,12 @@ func DeviceAddress(b compute.Buffer) (uintptr, error) {
 // recognises package quant's decoding table by.
 var E4M3BFloat16Bits = e4m3BFloat16Bits
 
-// SetFP8DotTile makes the backend take tile for FP8 products of 2 to 8 rows (where it
-// divides W) until the returned function restores the default: the fixture models'
-// weights are too small for the default's, so the GPU tests give them one they fit.
-func SetFP8DotTile(tile triton.Tile) (restore func()) {
-	saved := fp8DotTile
-	fp8DotTile = tile
-	return func() { fp8DotTile = saved }
+// SetFP8Tiles makes the backend take row for FP8 products of one row and dot for those
+// of 2 to 8 rows (where they divide W) until the returned function restores the
+// defaults: the fixture models' weights are too small for the defaults, so the GPU tests
+// give them tiles they fit.
+func SetFP8Tiles(row, dot triton.Tile) (restore func()) {
+	savedRow, savedDot := fp8RowTile, fp8DotTile
+	fp8RowTile, fp8DotTile = row, dot
+	return func() { fp8RowTile, fp8DotTile = savedRow, savedDot }
 }

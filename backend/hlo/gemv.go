@@ -18,12 +18,17 @@ import (
 // AR step's, padded to 4 rows (backend.MinWindow).
 const maxGEMVRows = 8
 
-// fp8DotTile multiplies FP8 products of 2 to 8 rows on the tensor cores, the bytes
-// converted to bfloat16 in registers: on the H200 (MiniCPM5-2B shape, BENCHMARKS.md
-// runs EN-EQ) the fused step took 2.44 ms per added step with it, 5.30 with gemvTiles'
-// 8-row tile and 4.45 with XLA's product of the decoded weight; the denoise step 2.53,
-// against 2.62 with the 4-row tile and 4.37 with XLA's; 16 × 512 took 2.50 and 2.67.
-var fp8DotTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
+// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to 8 rows,
+// the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md runs ES and
+// ET, ms per added step): the AR step took 1.40 with 8 × 1024 bytes over 3 stages
+// (gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41); the Dot tile, the bytes
+// converted to bfloat16 in registers for the tensor cores, gave the denoise step 2.14
+// and the fused step 2.15 at 32 × 512 over 3 stages (32 × 256: 2.54 and 2.44; 32 × 1024:
+// 2.37 and 2.42; 64 × 512: 2.46; 16 × 512: 2.41 fused; 4 stages: 2.24 and 2.26).
+var (
+	fp8RowTile = triton.Tile{BN: 8, BK: 1024, Stages: 3}
+	fp8DotTile = triton.Tile{BN: 32, BK: 512, Stages: 3, Dot: true}
+)
 
 // maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
@@ -31,16 +36,19 @@ const maxFP8RowsTileRows = 4
 
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
-// out by a kernel of its own: at one row with gemvTile's tile, at 2 to 8 rows with
-// fp8DotTile where it divides W, else with gemvTile's up to maxFP8RowsTileRows.
+// out by a kernel of its own: at one row with fp8RowTile, at 2 to 8 rows with
+// fp8DotTile, each where it divides W (as measured: pipelined over its stages even
+// where the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
-	if m >= 2 && m <= maxGEMVRows && triton.CheckGEMV(m, n, k, fp8DotTile, dtypes.BFloat16) == nil {
+	switch {
+	case m == 1 && triton.CheckGEMV(m, n, k, fp8RowTile, dtypes.BFloat16) == nil:
+		return fp8RowTile, true
+	case m >= 2 && m <= maxGEMVRows && triton.CheckGEMV(m, n, k, fp8DotTile, dtypes.BFloat16) == nil:
 		return fp8DotTile, true
+	case m <= maxFP8RowsTileRows:
+		return gemvTile(m, n, k)
 	}
-	if m > maxFP8RowsTileRows {
-		return triton.Tile{}, false
-	}
-	return gemvTile(m, n, k)
+	return triton.Tile{}, false
 }
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.

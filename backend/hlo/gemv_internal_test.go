@@ -83,12 +83,13 @@ func TestGEMVOutput(t *testing.T) {
 	}
 }
 
-// FP8 products of 2 to 8 rows take the tensor-core tile where it divides W, the
-// 1-row kernel's tile at one row, and gemvTile's up to 4 rows where the Dot tile does
-// not fit (the fixtures' small weights); none past that.
+// FP8 products of 1 row take fp8RowTile and of 2 to 8 rows the tensor-core tile where
+// they divide W (3 stages over MiniCPM5-2B's 2 steps of K, as measured), and gemvTile's
+// up to 4 rows where they do not (the fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
 	requireTiles(t, fp8Tile, []tileCase{
-		{1, 12288, 2048, triton.Tile{BN: 8, BK: 512, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
+		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
+		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
 		{2, 2560, 2048, fp8DotTile, true},
 		{4, 2048, 6144, fp8DotTile, true},                         // its down, denoise step
 		{8, 2560, 2048, fp8DotTile, true},                         // its qkv, fused step
