@@ -225,11 +225,12 @@ fp8() {
 }
 
 fp8gemv() {
-  # FP8 weights on ours (runs EN-EQ, ~5 min): hlo's GPU tests of our kernels on FP8 bytes
-  # against XLA's product of the decoded weight; the batch-1 steps in bf16, with FP8
-  # weights that our GEMVs read up to 8 rows (quant's table decoder, -fp8-decoder lut,
-  # the default) and with FP8 weights that XLA decodes (-fp8-decoder bits, which the
-  # backend does not recognise); then fused decoding at batch 1, bf16 and FP8.
+  # FP8 weights on ours (runs EN-EU, ~7 min): hlo's GPU tests of our kernels and folds on
+  # FP8 bytes against XLA's product of the decoded weight; the batch-1 steps in bf16,
+  # with FP8 weights that our kernels read up to 8 rows (quant's table decoder,
+  # -fp8-decoder lut, the default) and with FP8 weights that XLA decodes (-fp8-decoder
+  # bits, which the backend does not recognise); then fused decoding at batch 1, bf16
+  # and FP8.
   section "our GEMV on FP8 bytes and the folds around it against XLA's product of the decoded weight"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch|TritonFoldModelsMatch|TritonNormModelsMatch' 2>&1 |
     grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'

@@ -107,6 +107,7 @@
 // triton=gemv, what backend.New picks) recognises the table decoder in front of a
 // product of up to 8 rows and reads the bytes themselves, one per weight; larger
 // products, and the bit decoder's, decode the weight in XLA first, which costs more than
-// a bfloat16 weight would. Even so, at batch 1 FP8 steps take 1.0–1.26× bf16's time on
-// the H200 (BENCHMARKS.md, "FP8 on ours"): FP8 saves memory there.
+// a bfloat16 weight would. At batch 1 on the H200 (BENCHMARKS.md, "FP8 on ours") the
+// AR step with FP8 weights takes 0.83× bf16's time and the 4- and 8-token steps
+// 1.05–1.11×: FP8 saves memory there, and time only at one row.
 package quant
