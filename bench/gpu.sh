@@ -462,7 +462,8 @@ trace() {
   # case the decode step traces (bench -decode; default autoregressive), TRACE_BATCH its
   # batch size (default 1); TRACE_LABEL: another backend label (backend_config), e.g.
   # bdxla-gemv for the plain attention; TRACE_OPENER and TRACE_PER: the kernel that opens
-  # a layer and how many of it a layer has, where a label changes them.
+  # a layer and how many of it a layer has, where a label changes them; TRACE_ARGS: more
+  # arguments for the bench (e.g. "-fp8 weight-only").
   section "CUPTI traces: our steps and the peer's"
   build_tracer || return
   local step what opener per group bin=.gpu/bin/${TRACE_BUILD:-.}/bench
@@ -488,7 +489,7 @@ trace() {
     opener=${TRACE_OPENER:-$opener} per=${TRACE_PER:-$per}
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-$step.tsv" GOMLX_BACKEND=$(backend_config "${TRACE_LABEL:-ours}") \
       XLA_FLAGS="--xla_dump_to=$OUT/xla-$step --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*(loop|prefill|chunk).*" \
-      timeout 90 "$bin" "${what[@]}" 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
+      timeout 90 "$bin" "${what[@]}" ${TRACE_ARGS:-} 2>&1 | grep -E 'device loop|prefill [0-9]+ tokens|^(fused|autoregressive) ' | grep -v compiled
     sleep 1
     python3 bench/cupti/summarize.py "$OUT/trace-$step.tsv" --min-kernels 200 --min-launches 5 --top 22 \
       --layer "$opener" --layer-kernels "$per" "${group[@]}"
