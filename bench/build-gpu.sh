@@ -5,11 +5,13 @@
 #
 # VARIANTS="ref ..." also builds the bench and test binaries of other git refs (e.g. a
 # branch with a change that waits for its measurement) as .gpu/bin/<ref>/, for
-# `bash bench/gpu.sh variants`.
+# `bash bench/gpu.sh variants`, and writes each ref's own bench/gpu.sh, pointed at its
+# binaries, as .gpu/sh/gpu-<ref>.sh: on the device, `cp .gpu/sh/gpu-<ref>.sh bench/ &&
+# bash bench/gpu-<ref>.sh SECTION` runs a section that only that ref has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd CGO_ENABLED=1
-rm -rf .gpu && mkdir -p .gpu/bin .gpu/fixtures
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/fixtures .gpu/sh
 build() { # build DIR: the binaries of the source tree in the current folder, into DIR
   go test -c -ldflags="-s -w" -o "$1/model.test" ./model
   go test -c -ldflags="-s -w" -o "$1/diffusion.test" ./diffusion
@@ -24,6 +26,7 @@ for ref in ${VARIANTS:-}; do
   git worktree add -q --detach "$dir" "$ref"
   out=$PWD/.gpu/bin/${ref//\//_}
   (cd "$dir" && build "$out")
+  sed "s#\.gpu/bin/#.gpu/bin/${ref//\//_}/#g" "$dir/bench/gpu.sh" >".gpu/sh/gpu-${ref//\//_}.sh"
   git worktree remove --force "$dir"
 done
 # Binaries are packed: the working tree that travels is limited to 64 MiB. Sorted by
