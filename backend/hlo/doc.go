@@ -19,17 +19,17 @@
 // H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
 // product of 1 to 8 rows the kernel can compute), and products of up to 8 rows whose
 // weight is FP8 bytes that package quant's table decodes, on the bytes themselves
-// (fp8.go), and "triton=attention", which runs
-// the attention of bfloat16 decoding windows over their cache as our own split-key
-// Triton kernel and a second one that combines its splits, at every batch size, and
-// "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
-// products, bfloat16 or FP8, into those GEMVs (fold.go), and "triton=pdl", which launches our kernels
-// under programmatic dependent launch where the device has compute capability 9.0 or
-// later, "triton=rope", which has our attention kernel rotate one-token windows'
-// queries itself (rope.go), "triton=norm", which runs the RMSNorms of several rows,
-// with the residual add before them, as our own kernel (norm.go), and "triton=place",
-// which has our attention kernel place one-token windows' keys and values in their
-// cache slot and write them there itself (place.go). For example:
+// (fp8.go), and "triton=attention", which runs the attention of bfloat16 decoding
+// windows over their cache as our own split-key Triton kernel and a second one that
+// combines its splits, at every batch size, and "triton=fold", which folds the norms,
+// SwiGLU and residual adds around one-row products, bfloat16 or FP8, into those GEMVs
+// (fold.go), and "triton=pdl", which launches our kernels under programmatic dependent
+// launch where the device has compute capability 9.0 or later, "triton=rope", which has
+// our attention kernel rotate one-token windows' queries itself (rope.go),
+// "triton=norm", which runs the RMSNorms of several rows, with the residual add before
+// them, as our own kernel (norm.go), and "triton=place", which has our attention kernel
+// place one-token windows' keys and values in their cache slot and write them there
+// itself (place.go). For example:
 //
 //	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place"
 //

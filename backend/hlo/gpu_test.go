@@ -409,6 +409,11 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(flat, dims...)
 }
 
+// fittingFP8RowTile is an FP8 row tile that divides the fixture models' K of 64, 128
+// and 192 and is pipelined deeper than its loop at 64, as the default is at
+// MiniCPM5-2B's K of 2048 (2 steps of 1024 over 3 stages).
+var fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
+
 // The bf16 fixture models with triton=gemv-all give the plain backend's logits on the
 // windows whose dense products it lowers: 4 and 8 tokens without a cache, a 4-token
 // prefill (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
@@ -421,13 +426,9 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 // weights decoded by its table), whose GEMVs read the weight bytes themselves (fp8.go)
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
 // value and sum in float32, in another order. FP8 runs once with the default tiles (the
-// fixtures' weights fit the 1-row kernel's up to 4 rows, no tile at 8), once with a
-// tensor-core tile they fit (the default's is too large for them) at 2 to 8 rows.
-// fittingFP8RowTile is an FP8 row tile that divides the fixture models' K of 64, 128
-// and 192 and is pipelined deeper than its loop at 64, as the default is at
-// MiniCPM5-2B's K of 2048 (2 steps of 1024 over 3 stages).
-var fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
-
+// fixtures' weights fit gemvTile's up to 4 rows, no tile at 8), once with tiles they fit
+// (the defaults are too large for them): fittingFP8RowTile at one row, a tensor-core
+// tile at 2 to 8 rows.
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
@@ -467,7 +468,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 // tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
 // another order. So do the models quantized to FP8 (per channel and per tensor), whose
 // folded kernels read the weight bytes, scale each sum and normalise the input first
-// (fp8.go).
+// (fp8.go), the per-channel ones also with fittingFP8RowTile.
 func TestTritonFoldModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withFold, err := sharedTritonFold()
