@@ -10,6 +10,11 @@
 // lower bound).
 //
 //	go run ./examples/bench -only steps,prefill,decode -batches 1,8,64
+//
+// -env times the same sections under several environment settings in one process, on
+// one loaded (and quantized) model, recompiling its programs for each: a backend's
+// settings read when it compiles, such as the experiment knobs of bench/gpu.sh's
+// sections, compared without loading the model again.
 package main
 
 import (
@@ -57,6 +62,7 @@ var (
 	addedPrefill = flag.Int("added-prefills", 0, "also time device loops of 1 and of 1+N prefills and report the time each added prefill takes (0: not), free of each execution's own cost, as the peer's CUDA-graph prefill timed by CUDA events is; on backends that run loops on the device")
 	prefillAt    = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the timed calls are under runAndWait)")
+	envFlag      = flag.String("env", "", "semicolon-separated environment variants, each space-separated NAME=VALUE settings (or nothing, for the environment as it is): every section runs under each in turn on the one loaded (and quantized) model, its programs recompiled, e.g. \"; BLOCKDIFF_FP8_DOT=f16\" to time a knob the backend reads when it compiles")
 )
 
 // prefillAttention is -prefill-attention, parsed by main.
@@ -86,6 +92,7 @@ type row struct {
 	PerStep float64 `json:"tokens_per_step,omitempty"`
 	TokPerS float64 `json:"tokens_per_s,omitempty"`
 	Note    string  `json:"note,omitempty"`
+	Env     string  `json:"env,omitempty"` // the -env variant it ran under
 }
 
 func main() {
@@ -125,16 +132,32 @@ func main() {
 
 	// Each section's table is printed as soon as it is measured, so that a run cut
 	// short by a time limit keeps what it measured.
+	variants, err := parseEnv(*envFlag)
+	if err != nil {
+		log.Fatal(err)
+	}
 	var rows []row
 	parts := strings.Split(*only, ",")
-	for _, section := range []struct {
-		name  string
-		bench func(*model.Model) []row
-	}{{"steps", benchSteps}, {"prefill", benchPrefill}, {"decode", benchDecode}} {
-		if slices.Contains(parts, section.name) {
-			measured := section.bench(m)
-			printTable(measured)
-			rows = append(rows, measured...)
+	for i, variant := range variants {
+		if len(variants) > 1 {
+			if i > 0 {
+				dropPrograms(m)
+			}
+			variant.apply()
+			fmt.Printf("env: %s\n", variant)
+		}
+		for _, section := range []struct {
+			name  string
+			bench func(*model.Model) []row
+		}{{"steps", benchSteps}, {"prefill", benchPrefill}, {"decode", benchDecode}} {
+			if slices.Contains(parts, section.name) {
+				measured := section.bench(m)
+				printTable(measured)
+				for j := range measured {
+					measured[j].Env = variant.String()
+				}
+				rows = append(rows, measured...)
+			}
 		}
 	}
 	if *jsonOut != "" {
