@@ -41,26 +41,35 @@ func TestE4M3BFloat16Bits(t *testing.T) {
 // (bfloat16). At 8 rows, where the fixtures' small weights fit no tile of fp8Tile's,
 // every product stays XLA's.
 func TestTritonGEMVFP8InModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	forFP8Windows(t, "triton=gemv", func(t *testing.T, batch int, text string, layers int) {
+		fp8 := tritonCallsWith(text, "!tt.ptr<f8E4M3FN>")
+		dense, _ := denseDots(text)
+		if batch == 2 {
+			require.Zero(t, fp8, "8 rows: XLA's products")
+			return
+		}
+		require.Equal(t, 4*layers, fp8, "batch %d: one GEMV on the bytes per FP8 layer", batch)
+		require.Equal(t, 1, dense, "batch %d: only the head's product is XLA's", batch)
+		for _, c := range tritonCalls(text) {
+			if strings.Contains(c, "f8E4M3FN") {
+				require.True(t, strings.Contains(c, fmt.Sprintf("xui8>) -> tensor<%dx", 4*batch)), "the bytes are the kernel's operand")
+			}
+		}
+	})
+}
+
+// forFP8Windows checks, with check, the program of a 4-token window at batch 1 and 2
+// of each fixture model quantized to FP8 (package quant's defaults), built by our
+// backend with options.
+func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch int, text string, layers int)) {
+	b, err := hlo.NewBuildOnlyWith(options)
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			for _, batch := range []int{1, 2} {
 				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
-				fp8 := tritonCallsWith(text, "!tt.ptr<f8E4M3FN>")
-				dense, _ := denseDots(text)
-				if batch == 2 {
-					require.Zero(t, fp8, "8 rows: XLA's products")
-					continue
-				}
-				require.Equal(t, 4*layers, fp8, "batch %d: one GEMV on the bytes per FP8 layer", batch)
-				require.Equal(t, 1, dense, "batch %d: only the head's product is XLA's", batch)
-				for _, c := range tritonCalls(text) {
-					if strings.Contains(c, "f8E4M3FN") {
-						require.True(t, strings.Contains(c, fmt.Sprintf("xui8>) -> tensor<%dx", 4*batch)), "the bytes are the kernel's operand")
-					}
-				}
+				check(t, batch, text, layers)
 			}
 		})
 	}
@@ -111,22 +120,14 @@ func TestTritonFoldFP8InModels(t *testing.T) {
 // (4 rows; the fixtures' small weights fit none at 8, so XLA's product of the decoded
 // weight takes it there).
 func TestTritonNormFP8InModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=norm")
-	require.NoError(t, err)
-	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			for _, batch := range []int{1, 2} {
-				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
-				require.Equal(t, 2*layers, tritonCallsWith(text, "%xs = arith.mulf"), "batch %d: the normalised rows of qkv and gate/up", batch)
-				// At 4 rows: one per FP8 layer, and the two that qkv and gate/up first
-				// had on XLA's norm, left unused for XLA to remove.
-				want := 4*layers + 2*layers
-				if batch == 2 {
-					want = 0
-				}
-				require.Equal(t, want, tritonCallsWith(text, "%w: !tt.ptr<f8E4M3FN>"), "batch %d: our GEMVs on the bytes", batch)
-			}
-		})
-	}
+	forFP8Windows(t, "triton=gemv,triton=norm", func(t *testing.T, batch int, text string, layers int) {
+		require.Equal(t, 2*layers, tritonCallsWith(text, "%xs = arith.mulf"), "batch %d: the normalised rows of qkv and gate/up", batch)
+		// At 4 rows: one per FP8 layer, and the two that qkv and gate/up first had on
+		// XLA's norm, left unused for XLA to remove.
+		want := 4*layers + 2*layers
+		if batch == 2 {
+			want = 0
+		}
+		require.Equal(t, want, tritonCallsWith(text, "%w: !tt.ptr<f8E4M3FN>"), "batch %d: our GEMVs on the bytes", batch)
+	})
 }
