@@ -262,28 +262,32 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		if !ok {
 			continue
 		}
-		product := c.product
-		k := product.origin.w.shape.Dimensions[1]
-		vs, err := f.operands(append([]compute.Value{x, g, product.origin.w}, c.scaleOperand()...)...)
-		if err != nil {
-			return nil, true, opError(compute.OpTypeMul, err)
-		}
-		w, s, err := f.kernelWeight(c, vs[2:])
-		if err != nil {
-			return nil, true, opError(compute.OpTypeMul, err)
-		}
-		row, err := stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, k))
-		if err != nil {
-			return nil, true, opError(compute.OpTypeMul, err)
-		}
-		y, err := f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
-		if err == nil {
-			y, err = stablehlo.Reshape(y, toXLA(product.shape))
-		}
-		out, err := f.result(compute.OpTypeMul, y, err)
+		out, err := f.gemvNorm(c, x, g, norm)
 		return out, true, err
 	}
 	return nil, false, nil
+}
+
+// gemvNorm appends, for c's product of one row, the kernel of triton.Kernels.GEMVNorm
+// that takes x (float32) and the norm weight g: the norm, the product of its weight
+// (and for an FP8 product its scale) in one kernel, shaped as the product.
+func (f *Function) gemvNorm(c foldCandidate, x, g *value, norm triton.Norm) (compute.Value, error) {
+	vs, err := f.operands(append([]compute.Value{x, g, c.product.origin.w}, c.scaleOperand()...)...)
+	if err != nil {
+		return nil, opError(compute.OpTypeMul, err)
+	}
+	w, s, err := f.kernelWeight(c, vs[2:])
+	var row, y *stablehlo.Value
+	if err == nil {
+		row, err = stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, c.product.origin.w.shape.Dimensions[1]))
+	}
+	if err == nil {
+		y, err = f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
+	}
+	if err == nil {
+		y, err = stablehlo.Reshape(y, toXLA(c.product.shape))
+	}
+	return f.result(compute.OpTypeMul, y, err)
 }
 
 // normedLayerOf recognises model's normed dense layer (model/forward.go's normed) in

@@ -9,8 +9,6 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/go-xla/stablehlo"
-	xshapes "github.com/gomlx/go-xla/types/shapes"
 
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
@@ -194,22 +192,7 @@ func (f *Function) normalisedProduct(lhs, rhs compute.Value) (v compute.Value, o
 			continue
 		}
 		c.scale = scale
-		vs, err := f.operands(x, g, c.product.origin.w, scale)
-		if err != nil {
-			return nil, true, opError(compute.OpTypeMul, err)
-		}
-		w, s, err := f.kernelWeight(c, vs[2:])
-		var row, y *stablehlo.Value
-		if err == nil {
-			row, err = stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, x.shape.Size()))
-		}
-		if err == nil {
-			y, err = f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
-		}
-		if err == nil {
-			y, err = stablehlo.Reshape(y, toXLA(c.product.shape))
-		}
-		out, err := f.result(compute.OpTypeMul, y, err)
+		out, err := f.gemvNorm(c, x, g, norm)
 		return out, true, err
 	}
 	return nil, false, nil
