@@ -107,8 +107,9 @@ func TestDotTile(t *testing.T) {
 }
 
 // A uint8 W is FP8 E4M3FN bytes: the kernel's W pointer and loads are of f8E4M3FN,
-// each tile converted through float16 to float32; the rest of the kernel, x's loads
-// included, is the bfloat16 W's. Other W dtypes, and Dot tiles with FP8, are refused.
+// each tile converted through float16 to float32 (to bfloat16 for a Dot tile's
+// tt.dot); the rest of the kernel, x's loads included, is the bfloat16 W's. Other W
+// dtypes are refused.
 func TestGEMVFP8Weight(t *testing.T) {
 	tile := Tile{BN: 8, BK: 64, Stages: 3}
 	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)

@@ -33,8 +33,9 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
 	if err := checkRowTile("GEMV with a norm", 1, n, k, t); err != nil {
 		return "", err
 	}
-	// The loop's state: W's accumulator, and the squares unless summed before it.
-	state, args, types, yield, squares, scaled := "%loop:2", "%a = %zero, %q = %zerok", "tensor<$BNx$BKxf32>, tensor<1x$BKxf32>",
+	// The loop's state: W's accumulator, and the squares unless summed before it; xStep
+	// is the loop's work on x before its rounding: its squares, or its normalisation.
+	state, args, types, yield, xStep, scaled := "%loop:2", "%a = %zero, %q = %zerok", "tensor<$BNx$BKxf32>, tensor<1x$BKxf32>",
 		"%a1, %q1 : tensor<$BNx$BKxf32>, tensor<1x$BKxf32>", `      %xx = arith.mulf %xv, %xv : tensor<1x$BKxf32>
       %q1 = arith.addf %q, %xx : tensor<1x$BKxf32>
 `, "%xv"
@@ -42,7 +43,8 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
     %yv = arith.mulf %sum, %invs : tensor<$BNxf32>
 `+storeRows("%yv")
 	if norm.Before {
-		state, args, types, yield, squares, scaled = "%loop", "%a = %zero", "tensor<$BNx$BKxf32>", "%a1 : tensor<$BNx$BKxf32>", "", "%xs"
+		state, args, types, yield, xStep, scaled = "%loop", "%a = %zero", "tensor<$BNx$BKxf32>", "%a1 : tensor<$BNx$BKxf32>",
+			"      %xs = arith.mulf %xv, %ivk : tensor<1x$BKxf32>\n", "%xs"
 		prologue = `    %sq = scf.for %kq = %c0 to %cK step %cBK iter_args(%q = %zerok) -> (tensor<1x$BKxf32>) : i32 {
       %kxq = tt.splat %kq : i32 -> tensor<1x$BKxi32>
       %xkq = tt.addptr %xp0, %kxq : tensor<1x$BKx!tt.ptr<f32>>, tensor<1x$BKxi32>
@@ -55,10 +57,6 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
     %ivk = tt.broadcast %iv2 : tensor<1x1xf32> -> tensor<1x$BKxf32>
 `
 		epilogue = sumTile("%loop", w) + storeRows("%sum")
-	}
-	normed := ""
-	if norm.Before {
-		normed = "      %xs = arith.mulf %xv, %ivk : tensor<1x$BKxf32>\n"
 	}
 	text := `module {
   tt.func public @gemm_norm(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<$WT> {tt.divisibility = 16 : i32}, ` + w.scaleArg() + `%y: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
@@ -74,7 +72,7 @@ func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
       %xv = tt.load %xk : tensor<1x$BKx!tt.ptr<f32>>
       %gk = tt.addptr %gp0, %kx : tensor<1x$BKx!tt.ptr<bf16>>, tensor<1x$BKxi32>
       %gv = tt.load %gk : tensor<1x$BKx!tt.ptr<bf16>>
-` + squares + normed + `      %xb = arith.truncf ` + scaled + ` : tensor<1x$BKxf32> to tensor<1x$BKxbf16>
+` + xStep + `      %xb = arith.truncf ` + scaled + ` : tensor<1x$BKxf32> to tensor<1x$BKxbf16>
       %xbf = arith.extf %xb : tensor<1x$BKxbf16> to tensor<1x$BKxf32>
       %gf = arith.extf %gv : tensor<1x$BKxbf16> to tensor<1x$BKxf32>
       %xg = arith.mulf %xbf, %gf : tensor<1x$BKxf32>

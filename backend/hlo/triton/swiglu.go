@@ -3,11 +3,12 @@ package triton
 // GEMVSwiGLUResidualTTIR is the TTIR module of the kernel @gemm_swiglu: for one float32
 // row gu [2k] (gate, then up), W [n, k] as w says and the float32 residual r [n],
 // y[n0:n0+bn] = r + bf16(gate·σ(gate)·up) · W[n0:n0+bn, :]ᵀ, float32 (the product times
-// W's row scales s first, with w.Scaled), its arguments gu, W, r, (s,) y in that order. That is model's down projection of swiGLU(gate/up) and the
-// residual add after it, with SwiGLU computed in float32 and rounded to bf16 as the
-// graph does (σ as 1/(1+exp(-x))), as each program loads its K step of gate and up:
-// SwiGLU's own kernel goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep,
-// gate and up [1, bk] tiles as GEMVNormTTIR's x.
+// W's row scales s first, with w.Scaled), its arguments gu, W, r, (s,) y in that order.
+// That is model's down projection of swiGLU(gate/up) and the residual add after it,
+// with SwiGLU computed in float32 and rounded to bf16 as the graph does (σ as
+// 1/(1+exp(-x))), as each program loads its K step of gate and up: SwiGLU's own kernel
+// goes. It runs n/bn programs of GEMVTTIR's 1-row loop, Stages deep, gate and up [1,
+// bk] tiles as GEMVNormTTIR's x.
 func GEMVSwiGLUResidualTTIR(n, k int, t Tile, w Weight) (string, error) {
 	if err := checkRowTile("GEMV with SwiGLU", 1, n, k, t); err != nil {
 		return "", err
