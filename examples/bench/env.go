@@ -9,18 +9,18 @@ import (
 )
 
 // envVariant is one of -env's variants: settings over the environment the bench started
-// in, and the names every variant sets, so that those it does not set are restored.
+// in, and the starting values of the names any variant sets, so that those it does not
+// set are restored.
 type envVariant struct {
 	settings [][2]string        // NAME, VALUE
-	names    []string           // every variant's names
-	original map[string]*string // their values when the bench started (nil: unset)
+	original map[string]*string // every variant's names: their values when the bench started (nil: unset)
 }
 
 // parseEnv parses -env: variants separated by ";", each of NAME=VALUE settings separated
 // by spaces. An empty flag is one variant, the environment as it is.
 func parseEnv(flag string) ([]envVariant, error) {
 	var variants []envVariant
-	var names []string
+	original := map[string]*string{}
 	for part := range strings.SplitSeq(flag, ";") {
 		var v envVariant
 		for setting := range strings.FieldsSeq(part) {
@@ -29,18 +29,16 @@ func parseEnv(flag string) ([]envVariant, error) {
 				return nil, fmt.Errorf("-env: %q is not NAME=VALUE", setting)
 			}
 			v.settings = append(v.settings, [2]string{name, value})
-			names = append(names, name)
+			original[name] = nil
 		}
 		variants = append(variants, v)
 	}
-	original := map[string]*string{}
-	for _, name := range names {
+	for name := range original {
 		if value, ok := os.LookupEnv(name); ok {
 			original[name] = &value
 		}
 	}
 	for i := range variants {
-		variants[i].names = names
 		variants[i].original = original
 	}
 	return variants, nil
@@ -49,8 +47,8 @@ func parseEnv(flag string) ([]envVariant, error) {
 // apply sets the variant's settings and restores the bench's starting value of every
 // other name that a variant sets.
 func (v envVariant) apply() {
-	for _, name := range v.names {
-		if value := v.original[name]; value != nil {
+	for name, value := range v.original {
+		if value != nil {
 			os.Setenv(name, *value)
 		} else {
 			os.Unsetenv(name)
