@@ -28,7 +28,8 @@
 # on backend labels),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
-# decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes), explore (per-layer
+# cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -534,8 +535,8 @@ decodeab() {
 decodelabels() {
   # Decoding at BATCHES of this build on each backend label of LABELS (default
   # bdxla-gemv and ours: the plain attention against our kernels),
-  # alternating, ROUNDS rounds (default 2); DECODE as decodeab. Batch 64's loop, slower
-  # than run CH's code (BENCHMARKS.md, "Batch 64 now"): BATCHES=64 DECODE="fused
+  # alternating, ROUNDS rounds (default 2); DECODE as decodeab. Batch 64 without
+  # triton=norm or triton=pdl (BENCHMARKS.md, "Batch 64 now"): BATCHES=64 DECODE="fused
   # quality, reveal-all" LABELS="ours ours-no-norm ours-no-pdl" ROUNDS=3.
   local round label
   for round in $(seq "${ROUNDS:-2}"); do

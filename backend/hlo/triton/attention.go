@@ -435,9 +435,10 @@ const rotaryColumns = `    %halfd = arith.constant dense<$HALF> : tensor<$Dxi32>
 // rotaryArgs and rotaryLoad are queryArgs and queryLoad where Attention.RotaryRow is
 // set: the rows x [B, T, $XROW] of type $XT and cos, sin [B, T, $HALF], and %qv made
 // from each query's columns of x (position %pos = b·T + t, head %xh) and its partner
-// columns (rotaryColumns' %rdp) as rotary.apply makes it; $XROUND rounds float32 x to bfloat16
-// first (roundedLoad), as the graph does, and $XB and $XPB name the bfloat16 values. x's second half times −1 is exact, so the sum
-// x·cos + (±x')·sin rounds as the graph's difference and sum do.
+// columns (rotaryColumns' %rdp) as rotary.apply makes it; $XROUND rounds float32 x to
+// bfloat16 first (roundedLoad), as the graph does, and $XB and $XPB name the bfloat16
+// values. x's second half times −1 is exact, so the sum x·cos + (±x')·sin rounds as the
+// graph's difference and sum do.
 const (
 	rotaryArgs = "%x: !tt.ptr<$XT> {tt.divisibility = 16 : i32}, %cos: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %sin: !tt.ptr<f32> {tt.divisibility = 16 : i32}"
 	rotaryLoad = `    %h0s = tt.splat %h0 : i32 -> tensor<$Rxi32>
@@ -539,14 +540,14 @@ func (a Attention) placed(text string) string {
 
 // The text of Attention.Place and Write (see placed). placeLoads loads the program's
 // key (columns $KCOL + kv·D of x's row at position b, and their partner columns
-// rotaryColumns gives, for the rotation rotaryLoad's queries have), value, cos and
-// sin, start[b] and with Write written[b]; placeLoad rounds and rotates the key as
+// rotaryColumns gives, for the rotation rotaryLoad's queries have), value, cos and sin,
+// start[b] and with Write written[b]; placeLoad rounds and rotates the key as
 // rotaryLoad does the queries (reusing its %sgn), and broadcasts key and value to the
-// loop's tiles of keys [D, BN] and values [BN, D]; keyPlace and valuePlace put them in place of slot start[b] of
-// each tile; placeStore writes them to that slot of the outputs k and v, from the
-// program whose split holds it, where written[b] > 0 and the slot is one of the S (the
-// last split may reach past them). The slot's own keys and values are loaded and never
-// used, so the store cannot race with any program's loads.
+// loop's tiles of keys [D, BN] and values [BN, D]; keyPlace and valuePlace put them in
+// place of slot start[b] of each tile; placeStore writes them to that slot of the
+// outputs k and v, from the program whose split holds it, where written[b] > 0 and the
+// slot is one of the S (the last split may reach past them). The slot's own keys and
+// values are loaded and never used, so the store cannot race with any program's loads.
 const (
 	placeArgs  = ", %start: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
 	writtenArg = ", %written: !tt.ptr<i32> {tt.divisibility = 16 : i32}"
