@@ -409,10 +409,14 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(flat, dims...)
 }
 
-// fittingFP8RowTile is an FP8 row tile that divides the fixture models' K of 64, 128
-// and 192 and is pipelined deeper than its loop at 64, as the default is at
-// MiniCPM5-2B's K of 2048 (2 steps of 1024 over 3 stages).
-var fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
+// fittingFP8RowTile and fittingFP8DotTile are FP8 tiles of 1 and of 2 to 8 rows that
+// divide the fixture models' weights (the defaults are too large for them); the row
+// tile is pipelined deeper than its loop at K 64, as the default is at MiniCPM5-2B's K
+// of 2048 (2 steps of 1024 over 3 stages).
+var (
+	fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
+	fittingFP8DotTile = triton.Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
+)
 
 // The bf16 fixture models with triton=gemv-all give the plain backend's logits on the
 // windows whose dense products it lowers: 4 and 8 tokens without a cache, a 4-token
@@ -427,14 +431,13 @@ var fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
 // value and sum in float32, in another order. FP8 runs once with the default tiles (the
 // fixtures' weights fit gemvTile's up to 4 rows, no tile at 8), once with tiles they fit
-// (the defaults are too large for them): fittingFP8RowTile at one row, a tensor-core
-// tile at 2 to 8 rows.
+// (fittingFP8RowTile and fittingFP8DotTile).
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
 	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles"} {
 		if weights == "fp8, fitting tiles" {
-			defer hlo.SetFP8Tiles(fittingFP8RowTile, triton.Tile{BN: 16, BK: 64, Stages: 1, Dot: true})()
+			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
@@ -468,7 +471,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 // tolerance: the kernel rounds x·weight to bf16 as the graph does and sums x² in
 // another order. So do the models quantized to FP8 (per channel and per tensor), whose
 // folded kernels read the weight bytes, scale each sum and normalise the input first
-// (fp8.go), the per-channel ones also with fittingFP8RowTile.
+// (fp8.go), the per-channel ones also with the fitting FP8 tiles.
 func TestTritonFoldModelsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	withFold, err := sharedTritonFold()
@@ -476,7 +479,7 @@ func TestTritonFoldModelsMatch(t *testing.T) {
 	tokens := testTokens
 	for _, weights := range []string{"bf16", "fp8 per channel", "fp8 per tensor", "fp8 per channel, fitting tile"} {
 		if weights == "fp8 per channel, fitting tile" {
-			defer hlo.SetFP8Tiles(fittingFP8RowTile, triton.Tile{BN: 16, BK: 64, Stages: 1, Dot: true})()
+			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
