@@ -75,6 +75,26 @@ func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch 
 	}
 }
 
+// The experiment's FP8 products of many rows (BLOCKDIFF_FP8_MAX_ROWS): at batch 8 a
+// 4-token window's 32 rows run every FP8 layer as our GEMV on the bytes in programs of
+// 32-row blocks, with a tile the fixtures' small weights fit.
+func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
+	t.Setenv("BLOCKDIFF_FP8_MAX_ROWS", "4096")
+	t.Setenv("BLOCKDIFF_FP8_ROWS_TILE", "dot32x32x32/s1")
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 8, 4, true, quantize)
+			require.Equal(t, 4*layers, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "one GEMV on the bytes per FP8 layer")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "%pidm = arith.remsi"), "in blocks of rows")
+			dense, _ := denseDots(text)
+			require.Equal(t, 1, dense, "only the head's product is XLA's")
+		})
+	}
+}
+
 // With option triton=fold, the one-row windows of a quantized fixture model fold the
 // norms, SwiGLU and residual adds around its FP8 layers into kernels that read the
 // bytes and scale each sum (package quant's per-channel and per-tensor scales alike),

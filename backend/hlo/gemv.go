@@ -3,7 +3,11 @@
 package hlo
 
 import (
+	"fmt"
+	"math/bits"
+	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -40,6 +44,9 @@ const maxFP8RowsTileRows = 4
 // fp8DotTile, each where it divides W (as measured: pipelined over its stages even
 // where the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
+	if m > maxGEMVRows {
+		return fp8ManyRowsTile(m, n, k)
+	}
 	switch {
 	case m == 1 && triton.CheckGEMV(m, n, k, fp8RowTile, dtypes.BFloat16) == nil:
 		return fp8RowTile, true
@@ -49,6 +56,36 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		return gemvTile(m, n, k)
 	}
 	return triton.Tile{}, false
+}
+
+// fp8ManyRowsTile is, in an experiment (branch exp-fp8-rows, not yet run on a GPU), the
+// tile of an FP8 product of more than maxGEMVRows rows, up to BLOCKDIFF_FP8_MAX_ROWS
+// (unset: none, as on main, so that XLA decodes the bytes): up to DotRows, fp8DotTile;
+// up to 64 rows a Dot tile of as many rows as a power of two holds, 32 × 256 bytes over
+// 3 stages (W read once); past that, blocks of 64 rows, 64 × 128 over 3 stages, whose
+// programs of one W tile run side by side (W read once from DRAM, ⌈m/64⌉ times from
+// L2). BLOCKDIFF_FP8_ROWS_TILE names another tile past DotRows rows, as
+// triton.Tile writes one with BM ("dot64x64x128/s3"). Each only where it divides W.
+func fp8ManyRowsTile(m, n, k int) (triton.Tile, bool) {
+	limit, err := strconv.Atoi(os.Getenv("BLOCKDIFF_FP8_MAX_ROWS"))
+	if err != nil || m > limit {
+		return triton.Tile{}, false
+	}
+	t := fp8DotTile
+	switch {
+	case m <= triton.DotRows:
+	case m <= 64:
+		t = triton.Tile{BM: max(triton.DotRows, 1<<bits.Len(uint(m-1))), BN: 32, BK: 256, Stages: 3, Dot: true}
+	default:
+		t = triton.Tile{BM: 64, BN: 64, BK: 128, Stages: 3, Dot: true}
+	}
+	if spec := os.Getenv("BLOCKDIFF_FP8_ROWS_TILE"); spec != "" && m > triton.DotRows {
+		t = triton.Tile{Dot: true}
+		if _, err := fmt.Sscanf(spec, "dot%dx%dx%d/s%d", &t.BM, &t.BN, &t.BK, &t.Stages); err != nil {
+			return triton.Tile{}, false
+		}
+	}
+	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
 }
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.

@@ -98,3 +98,25 @@ func TestFP8Tile(t *testing.T) {
 		{9, 2560, 2048, triton.Tile{}, false},
 	})
 }
+
+// The experiment's FP8 products of more than 8 rows: none unless BLOCKDIFF_FP8_MAX_ROWS
+// allows them, then a Dot tile of their rows up to 64, blocks of 64 rows past that, or
+// BLOCKDIFF_FP8_ROWS_TILE's.
+func TestFP8ManyRowsTile(t *testing.T) {
+	requireTiles(t, fp8Tile, []tileCase{{32, 2560, 2048, triton.Tile{}, false}})
+	t.Setenv("BLOCKDIFF_FP8_MAX_ROWS", "4096")
+	requireTiles(t, fp8Tile, []tileCase{
+		{8, 2560, 2048, fp8DotTile, true},
+		{12, 2560, 2048, fp8DotTile, true},
+		{32, 2560, 2048, triton.Tile{BM: 32, BN: 32, BK: 256, Stages: 3, Dot: true}, true},
+		{40, 2560, 2048, triton.Tile{BM: 64, BN: 32, BK: 256, Stages: 3, Dot: true}, true},
+		{512, 2560, 2048, triton.Tile{BM: 64, BN: 64, BK: 128, Stages: 3, Dot: true}, true},
+		{4097, 2560, 2048, triton.Tile{}, false},
+		{32, 192, 64, triton.Tile{}, false}, // the fixtures' K
+	})
+	t.Setenv("BLOCKDIFF_FP8_ROWS_TILE", "dot32x32x32/s1")
+	requireTiles(t, fp8Tile, []tileCase{
+		{12, 2560, 2048, fp8DotTile, true},
+		{32, 192, 64, triton.Tile{BM: 32, BN: 32, BK: 32, Stages: 1, Dot: true}, true},
+	})
+}

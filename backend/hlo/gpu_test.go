@@ -435,20 +435,26 @@ var (
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
-	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles"} {
-		if weights == "fp8, fitting tiles" {
+	long := slices.Repeat(tokens, 4) // 32 rows: the experiment's FP8 products of many rows
+	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles", "fp8, many rows"} {
+		switch weights {
+		case "fp8, fitting tiles":
 			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
+		case "fp8, many rows":
+			t.Setenv("BLOCKDIFF_FP8_MAX_ROWS", "4096")
+			t.Setenv("BLOCKDIFF_FP8_ROWS_TILE", "dot32x32x32/s1")
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
 				worst := requireBF16WindowsMatch(t, lowered, plain, dir,
-					[]string{"4 tokens", "8 tokens", "prefill", "step of 3", "step of 1"},
+					[]string{"4 tokens", "8 tokens", "32 tokens", "prefill", "step of 3", "step of 1"},
 					func(m *model.Model, add func([][]float32, error)) {
 						if weights != "bf16" {
 							require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
 						}
 						add(m.Logits(tokens[:4], 4))
 						add(m.Logits(tokens[:8], 4))
+						add(m.Logits(long, 4))
 						s, err := m.NewSession(32, 4)
 						require.NoError(t, err)
 						defer s.Close()

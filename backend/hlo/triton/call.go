@@ -79,7 +79,7 @@ func mlirEscape(s string) string {
 
 // GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] bfloat16 and
 // w [n, k] bfloat16 or uint8 (FP8 E4M3FN bytes, read as their values): GEMVTTIR's
-// kernel of tile t, one program per t.BN rows of w.
+// kernel of tile t on its grid (Tile.Programs).
 func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.BFloat16 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8) ||
@@ -91,13 +91,13 @@ func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stable
 	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
 }
 
-// callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
-// its output y [m, n]; err, from writing ir, is returned as it is.
+// callGEMV runs the GEMV kernel name of ir on operands, on tile t's grid for its output
+// y [m, n] (Tile.Programs); err, from writing ir, is returned as it is.
 func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := kn.Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
+	ys, err := kn.Call(name, ir, t.Programs(y.Dimensions[0], y.Dimensions[1]), Warps, t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}

@@ -106,6 +106,55 @@ func TestDotTile(t *testing.T) {
 	require.Contains(t, f32, "tt.store %yp, %acc, %store : tensor<16x32x!tt.ptr<f32>>")
 }
 
+// A Dot tile with BM spreads x's rows over programs of BM rows: program pid multiplies
+// W's tile pid / blocks by x's rows from (pid % blocks)·BM; at m ≤ DotRows, BM 16
+// computes what the tile without BM does, on the same grid.
+func TestDotTileRowBlocks(t *testing.T) {
+	tile := Tile{BM: 32, BN: 32, BK: 128, Stages: 3, Dot: true}
+	require.Equal(t, "dot32x32x128/s3", tile.String())
+	require.Equal(t, 8, tile.Accumulators(40))
+	require.Equal(t, 80*2, tile.Programs(40, 2560))
+	require.Equal(t, 80, Tile{BN: 32, BK: 128, Stages: 3, Dot: true}.Programs(16, 2560))
+	require.NoError(t, CheckGEMV(40, 2560, 2048, tile, dtypes.BFloat16))
+	for _, c := range []struct {
+		tile Tile
+		want string
+	}{
+		{Tile{BM: 32, BN: 8, BK: 128, Stages: 3}, "of a Dot tile"},
+		{Tile{BM: 8, BN: 32, BK: 128, Stages: 3, Dot: true}, "at least 16"},
+		{Tile{BM: 48, BN: 32, BK: 128, Stages: 3, Dot: true}, "power of two"},
+		{Tile{BM: 128, BN: 128, BK: 64, Stages: 3, Dot: true}, "accumulators"},
+	} {
+		require.ErrorContains(t, CheckGEMV(40, 2560, 2048, c.tile, dtypes.BFloat16), c.want, "%+v", c)
+	}
+
+	fp8, err := GEMVTTIR(40, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%cMB = arith.constant 2 : i32",
+		"%pidm = arith.remsi %pid, %cMB : i32",
+		"%n0 = arith.muli %pidn, %cBN : i32",
+		"%m0 = arith.muli %pidm, %cBM : i32",
+		"%rm = arith.addi %m0s, %rm0 : tensor<32xi32>",
+		"%mlast = arith.constant dense<39> : tensor<32xi32>",
+		"%d = tt.dot %xv, %wb, %a : tensor<32x128xbf16> * tensor<128x32xbf16> -> tensor<32x32xf32>",
+		"%mr = arith.constant dense<40> : tensor<32xi32>",
+	} {
+		require.Contains(t, fp8, want)
+	}
+	require.NotContains(t, fp8, "$", "every placeholder replaced")
+
+	plain := Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
+	want, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	plain.BM = DotRows
+	got, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	require.Contains(t, got, "%cMB = arith.constant 1 : i32")
+	require.Equal(t, strings.Replace(withoutLines(want, "%rm = "), "%n0 = arith.muli %pid,", "%n0 = arith.muli %pidn,", 1),
+		withoutLines(got, "%cMB", "%pidm", "%pidn = ", "%cBM", "%m0", "%rm0", "%rm = "))
+}
+
 // A uint8 W is FP8 E4M3FN bytes: the kernel's W pointer and loads are of f8E4M3FN,
 // each tile converted through float16 to float32 (to bfloat16 for a Dot tile's
 // tt.dot); the rest of the kernel, x's loads included, is the bfloat16 W's. Other W
