@@ -250,23 +250,20 @@ fp8gemv() {
 }
 
 fp8rows() {
-  # Branch exp-fp8-rows (~8 min): FP8 products of more than 8 rows as our Dot tiles on
+  # Branch exp-fp8-rows (~6 min): FP8 products of more than 8 rows as our Dot tiles on
   # the bytes (BLOCKDIFF_FP8_MAX_ROWS; unset, XLA decodes the bytes first): the fixtures'
   # logits against XLA's (TestTritonGEMVModelsMatch's "many rows" case, a 32-token
-  # window), then fused decoding at batch 8 and 64 and the prefills in bf16, FP8 as on
-  # main, and FP8 with our kernels up to 64 rows and up to 4096.
+  # window), then fused decoding at batch 8 and 64 and the prefills in bf16, and with FP8
+  # weights as on main, with our kernels up to 64 rows and up to 4096 (bench -env: one
+  # process, one quantization).
   section "FP8 of many rows: fixture logits against the plain backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch' 2>&1 |
     grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \||many'
-  local rows a
-  for rows in bf16 "" 64 4096; do
-    a="-fp8 weight-only"
-    [ "$rows" = bf16 ] && a=""
-    section "decoding at batch 8 and 64, then the prefills: ${a:-bf16}, BLOCKDIFF_FP8_MAX_ROWS=$rows"
-    BLOCKDIFF_FP8_MAX_ROWS=$rows GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 8,64 \
-      -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|rror' | grep -v compiled
-    BLOCKDIFF_FP8_MAX_ROWS=$rows GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only prefill $a 2>&1 |
-      grep -E 'prefill|rror' | grep -v compiled
+  local a
+  for a in "" "-fp8 weight-only -env ;BLOCKDIFF_FP8_MAX_ROWS=64;BLOCKDIFF_FP8_MAX_ROWS=4096"; do
+    section "decoding at batch 8 and 64, and the prefills: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 280 .gpu/bin/bench -only prefill,decode -batches 8,64 \
+      -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^(fused|prefill|env:)|rror' | grep -v compiled
   done
 }
 
