@@ -29,8 +29,9 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes), fp8rows (branch
-# exp-fp8-rows: FP8 products of more than 8 rows on our kernels), explore (per-layer
-# cost, the padded AR step, XLA flag variants, HLO dumps),
+# exp-fp8-rows: FP8 products of more than 8 rows on our kernels), w8a8 (branch
+# exp-fp8-w8a8: W8A8 products on FP8 tensor cores), explore (per-layer cost, the
+# padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -264,6 +265,25 @@ fp8rows() {
     section "decoding at batch 8 and 64, and the prefills: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 280 .gpu/bin/bench -only prefill,decode -batches 8,64 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^(fused|prefill|env:)|rror' | grep -v compiled
+  done
+}
+
+w8a8() {
+  # Branch exp-fp8-w8a8 (~7 min): W8A8 layers' products of 2 rows or more as FP8 × FP8 on
+  # the tensor cores (BLOCKDIFF_W8A8_TILE; unset, the weight-only kernels take the
+  # decoded input): the fixtures' logits against XLA's (TestTritonGEMVModelsMatch's w8a8
+  # case), then the 4- and 8-row steps in bf16, FP8 weight-only, and W8A8 under tiles of
+  # 16 rows (MMA v2) and of 64 (a warpgroup's wgmma).
+  section "W8A8 on FP8 tensor cores: fixture logits against the plain backend"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \||w8a8'
+  local tile a
+  for tile in bf16 weight-only "" dot32x512/s3 dot64x32x256/s3 dot64x64x256/s3; do
+    a="-fp8 w8a8"
+    case $tile in bf16) a="" tile="" ;; weight-only) a="-fp8 weight-only" tile="" ;; esac
+    section "steps: ${a:-bf16}, BLOCKDIFF_W8A8_TILE=$tile"
+    BLOCKDIFF_W8A8_TILE=$tile GOMLX_BACKEND=$(backend_config ours) timeout 120 .gpu/bin/bench -only steps -steps denoise,fused \
+      -iters 20 -capacity 528 $a 2>&1 | grep -E 'device loop, per|rror|FP8' | grep -v compiled
   done
 }
 

@@ -95,6 +95,44 @@ func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
 	}
 }
 
+// quantizeW8A8 quantizes m's linear layers but the head to FP8 with a static input
+// scale each, from a calibration that puts every input's largest |x| at 4.
+func quantizeW8A8(m *model.Model) error {
+	calibration := &quant.Calibration{Format: quant.CalibrationFormat, DType: quant.CalibrationDType, BlockSize: 4,
+		Layers: map[string]quant.LayerStats{}}
+	for _, l := range m.Linears() {
+		if l.Name != "lm_head" {
+			calibration.Layers[l.Name] = quant.LayerStats{InputAmax: 4}
+		}
+	}
+	return quant.QuantizeModel(m, quant.Options{Calibration: calibration})
+}
+
+// The experiment's W8A8 products (BLOCKDIFF_W8A8_TILE): with every layer's input
+// quantized too (a static scale per layer), a 4-row window multiplies the input's bytes
+// by the weight's on the tensor cores as FP8, one kernel per FP8 layer, and leaves no
+// dense product but the head's; without the knob, the weight-only kernels take them.
+func TestTritonW8A8InModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := quantizeW8A8
+	const fp8Dot = "xf8E4M3FN> * tensor<32x16xf8E4M3FN>"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 1, 4, true, quantize)
+			require.Zero(t, tritonCallsWith(text, fp8Dot), "without the knob")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "the weight-only kernels")
+
+			t.Setenv("BLOCKDIFF_W8A8_TILE", "dot16x32/s1")
+			text, layers = windowTextOf(t, b, dir, 1, 4, true, quantize)
+			require.Equal(t, 4*layers, tritonCallsWith(text, fp8Dot), "one FP8 × FP8 kernel per FP8 layer")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "%x: !tt.ptr<f8E4M3FN>"), "the input's bytes are the kernel's operand")
+			dense, _ := denseDots(text)
+			require.Equal(t, 1, dense, "only the head's product is XLA's")
+		})
+	}
+}
+
 // With option triton=fold, the one-row windows of a quantized fixture model fold the
 // norms, SwiGLU and residual adds around its FP8 layers into kernels that read the
 // bytes and scale each sum (package quant's per-channel and per-tensor scales alike),

@@ -178,21 +178,11 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
 	ls, rs := lhs.Shape(), rhs.Shape()
 	fp8 := rs.DType == dtypes.Uint8
-	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) ||
-		len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
-		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) {
 		return nil, false, nil
 	}
-	out, ok := gemvOutput(config)
-	if !ok {
-		return nil, false, nil
-	}
-	rows := ls.Dimensions[:ls.Rank()-1]
-	m, k, n := 1, rs.Dimensions[1], rs.Dimensions[0]
-	for _, d := range rows {
-		m *= d
-	}
-	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
+	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if !ok || (f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k)) {
 		return nil, false, nil
 	}
 	tile := gemvTile
@@ -203,15 +193,90 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	if !ok {
 		return nil, false, nil
 	}
-	x := lhs
-	if ls.Rank() != 2 {
-		if x, err = stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k)); err != nil {
-			return nil, true, err
+	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	})
+	return y, true, err
+}
+
+// tritonW8A8 is, in an experiment (branch exp-fp8-w8a8, BLOCKDIFF_W8A8_TILE), tritonGEMV
+// for a product of FP8 bytes by FP8 bytes, lhs [..., K] the input that package quant's
+// W8A8 layer quantized (e4m3Bytes of its decoded value) and rhs [N, K] its weight:
+// GEMVFP8's kernel of the tile BLOCKDIFF_W8A8_TILE names, for 2 rows or more.
+func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
+	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
+	ls, rs := lhs.Shape(), rhs.Shape()
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.Uint8 || rs.DType != dtypes.Uint8 {
+		return nil, false, nil
+	}
+	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if !ok || m < 2 {
+		return nil, false, nil
+	}
+	t, ok := w8a8Tile(m, n, k)
+	if !ok {
+		return nil, false, nil
+	}
+	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMVFP8(x, rhs, t, out)
+	})
+	return y, true, err
+}
+
+// w8a8Tile is the experiment's tile of a product of m rows of FP8 bytes by W [n, k]
+// of FP8 bytes: BLOCKDIFF_W8A8_TILE's, as triton.Tile writes a Dot tile ("dot32x512/s3",
+// "dot64x32x256/s3"), where it fits; none when it is unset.
+func w8a8Tile(m, n, k int) (triton.Tile, bool) {
+	spec := os.Getenv("BLOCKDIFF_W8A8_TILE")
+	t := triton.Tile{Dot: true}
+	if _, err := fmt.Sscanf(spec, "dot%dx%dx%d/s%d", &t.BM, &t.BN, &t.BK, &t.Stages); err != nil {
+		t = triton.Tile{Dot: true}
+		if _, err := fmt.Sscanf(spec, "dot%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err != nil {
+			return triton.Tile{}, false
 		}
 	}
-	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
-	if err == nil && ls.Rank() != 2 {
-		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
+	if _, err := triton.GEMVFP8TTIR(m, n, k, t, dtypes.Float32); err != nil {
+		return triton.Tile{}, false
 	}
-	return y, true, err
+	return t, true
+}
+
+// gemvShape checks a product for our GEMV kernels: lhs [..., K] and rhs [N, K],
+// contracting lhs's last axis with rhs's axis 1, no batch axes, M (the product of lhs's
+// other dimensions) from 1, and an output dtype of gemvOutput; it returns m, n, k and
+// that dtype.
+func gemvShape(ls, rs xshapes.Shape, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (m, n, k int, out dtypes.DType, ok bool) {
+	if len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
+		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
+		return 0, 0, 0, dtypes.InvalidDType, false
+	}
+	if out, ok = gemvOutput(config); !ok {
+		return 0, 0, 0, dtypes.InvalidDType, false
+	}
+	m, k, n = 1, rs.Dimensions[1], rs.Dimensions[0]
+	for _, d := range ls.Dimensions[:ls.Rank()-1] {
+		m *= d
+	}
+	return m, n, k, out, true
+}
+
+// asRows applies product, which takes x [m, k] to y [m, n] of dtype out, to lhs [..., k]:
+// lhs reshaped to [m, k] and the result to [..., n].
+func asRows(lhs *stablehlo.Value, m, k int, out dtypes.DType, product func(x *stablehlo.Value) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
+	ls := lhs.Shape()
+	if ls.Rank() == 2 {
+		return product(lhs)
+	}
+	x, err := stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k))
+	if err != nil {
+		return nil, err
+	}
+	y, err := product(x)
+	if err != nil {
+		return nil, err
+	}
+	rows := slices.Clone(ls.Dimensions[:ls.Rank()-1])
+	return stablehlo.Reshape(y, xshapes.Make(out, append(rows, y.Shape().Dimensions[1])...))
 }

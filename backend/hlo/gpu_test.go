@@ -436,8 +436,10 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
 	long := slices.Repeat(tokens, 4) // 32 rows: the experiment's FP8 products of many rows
-	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles", "fp8, many rows"} {
+	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles", "fp8, many rows", "w8a8"} {
 		switch weights {
+		case "w8a8":
+			t.Setenv("BLOCKDIFF_W8A8_TILE", "dot16x32/s1")
 		case "fp8, fitting tiles":
 			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
 		case "fp8, many rows":
@@ -449,7 +451,11 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 				worst := requireBF16WindowsMatch(t, lowered, plain, dir,
 					[]string{"4 tokens", "8 tokens", "32 tokens", "prefill", "step of 3", "step of 1"},
 					func(m *model.Model, add func([][]float32, error)) {
-						if weights != "bf16" {
+						switch weights {
+						case "bf16":
+						case "w8a8":
+							require.NoError(t, quantizeW8A8(m))
+						default:
 							require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
 						}
 						add(m.Logits(tokens[:4], 4))

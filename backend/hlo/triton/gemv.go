@@ -160,7 +160,7 @@ func GEMVTTIR(m, n, k int, t Tile, w, out dtypes.DType) (string, error) {
 	case w != dtypes.BFloat16 && w != dtypes.Uint8:
 		return "", fmt.Errorf("triton: GEMV: W of %s: only bfloat16, or uint8 holding FP8 E4M3FN bytes", w)
 	case t.Dot:
-		return dotTTIR(m, n, k, t, w, out), nil
+		return dotTTIR(m, n, k, t, dtypes.BFloat16, w, out), nil
 	}
 	return rowsTTIR(m, n, k, t, Weight{FP8: w == dtypes.Uint8}, out, false), nil
 }
@@ -408,7 +408,7 @@ func (t Tile) loopAttr() string {
 // operand; FP8 bytes converted to bfloat16 through float16 and float32, exactly) and
 // accumulates their tt.dot into one [R, BN] float32 accumulator; the rows below m are
 // stored, rounded for a bfloat16 y.
-func dotTTIR(m, n, k int, t Tile, w, out dtypes.DType) string {
+func dotTTIR(m, n, k int, t Tile, x, w, out dtypes.DType) string {
 	round, stored := "", "%acc"
 	if out == dtypes.BFloat16 {
 		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
@@ -445,7 +445,7 @@ func dotTTIR(m, n, k int, t Tile, w, out dtypes.DType) string {
       %kw = tt.splat %k : i32 -> tensor<$BKx$BNxi32>
       %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<$WT>>, tensor<$BKx$BNxi32>
       %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<$WT>>
-$WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
+$WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKx$DT> * tensor<$BKx$BNx$DT> -> tensor<$RxBNxf32>
       scf.yield %d : tensor<$RxBNxf32>
     }$LOOPATTR
 ` + launchMark + `    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
@@ -465,8 +465,13 @@ $WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16>
     tt.return
   }
 }`
-	convert, wb := "", "%wv"
-	if w == dtypes.Uint8 {
+	// x's pointers are the only bfloat16 ones written out (W's are $WT, y's $YT).
+	text = strings.ReplaceAll(text, "!tt.ptr<bf16>", "!tt.ptr<$XT>")
+	convert, wb, dt := "", "%wv", "bf16"
+	switch {
+	case x == dtypes.Uint8:
+		dt = "f8E4M3FN" // FP8 times FP8 on the tensor cores, nothing converted
+	case w == dtypes.Uint8:
 		convert, wb = `      %wh = tt.fp_to_fp %wv : tensor<$BKx$BNxf8E4M3FN> -> tensor<$BKx$BNxf16>
       %wf = arith.extf %wh : tensor<$BKx$BNxf16> to tensor<$BKx$BNxf32>
       %wb = arith.truncf %wf : tensor<$BKx$BNxf32> to tensor<$BKx$BNxbf16>
@@ -488,10 +493,24 @@ $WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16>
     %rm = arith.addi %m0s, %rm0 : tensor<$Rxi32>
 `
 	}
-	text = strings.NewReplacer("$WBF16", convert, "$WB", wb, "$ROWS", rows).Replace(text)
+	text = strings.NewReplacer("$WBF16", convert, "$WB", wb, "$DT", dt, "$ROWS", rows).Replace(text)
 	r := t.dotRows()
 	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", r, t.BK), "$RxBN", fmt.Sprintf("%dx%d", r, t.BN),
 		"$Rx", fmt.Sprintf("%dx", r), "$R ", fmt.Sprintf("%d ", r), "$MLAST", fmt.Sprint(m-1), "$MB", fmt.Sprint((m+r-1)/r), "$M", fmt.Sprint(m),
 		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN), "$BM", fmt.Sprint(t.BM),
-		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$YT", elementType(out)).Replace(text)
+		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$XT", elementType(x), "$YT", elementType(out)).Replace(text)
+}
+
+// GEMVFP8TTIR is, in an experiment (branch exp-fp8-w8a8, not yet run on a GPU), the
+// kernel @gemm of GEMVTTIR's Dot tile for x [m, k] of FP8 E4M3FN bytes too (package
+// quant's W8A8 layers quantize their input): the bytes of both multiplied on the tensor
+// cores as FP8, nothing converted, into float32 sums.
+func GEMVFP8TTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
+	if err := CheckGEMV(m, n, k, t, out); err != nil {
+		return "", err
+	}
+	if !t.Dot || t.BK < 32 {
+		return "", fmt.Errorf("triton: GEMV of FP8 x: tile %v: only Dot tiles of K steps of at least 32 (FP8 tt.dot's)", t)
+	}
+	return dotTTIR(m, n, k, t, dtypes.Uint8, dtypes.Uint8, out), nil
 }

@@ -192,3 +192,34 @@ func TestGEMVFP8Weight(t *testing.T) {
 	same = strings.NewReplacer("f8E4M3FN", "bf16", "tt.dot %xv, %wb", "tt.dot %xv, %wv").Replace(withoutLines(fp8, "%wh = ", "%wf = ", "%wb = "))
 	require.Equal(t, bf16, same)
 }
+
+// The experiment's FP8 × FP8 kernel reads x's bytes too and multiplies both on the
+// tensor cores as FP8, converting nothing; the rest is the Dot tile's kernel.
+func TestGEMVFP8X(t *testing.T) {
+	tile := Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
+	fp8, err := GEMVFP8TTIR(8, 96, 128, tile, dtypes.BFloat16)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%x: !tt.ptr<f8E4M3FN>",
+		"%xv = tt.load %xp : tensor<16x64x!tt.ptr<f8E4M3FN>>",
+		"%d = tt.dot %xv, %wv, %a : tensor<16x64xf8E4M3FN> * tensor<64x16xf8E4M3FN> -> tensor<16x16xf32>",
+		"%y: !tt.ptr<bf16>",
+	} {
+		require.Contains(t, fp8, want)
+	}
+	require.NotContains(t, fp8, "tt.fp_to_fp")
+	require.NotContains(t, fp8, "$")
+	// With a float32 y, x's pointers are the weight-only kernel's only bfloat16 ones.
+	weightOnly, err := GEMVTTIR(8, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
+	require.NoError(t, err)
+	fp8, err = GEMVFP8TTIR(8, 96, 128, tile, dtypes.Float32)
+	require.NoError(t, err)
+	require.Equal(t, strings.NewReplacer("!tt.ptr<bf16>", "!tt.ptr<f8E4M3FN>",
+		"tt.dot %xv, %wb, %a : tensor<16x64xbf16> * tensor<64x16xbf16>", "tt.dot %xv, %wv, %a : tensor<16x64xf8E4M3FN> * tensor<64x16xf8E4M3FN>").
+		Replace(withoutLines(weightOnly, "%wh = ", "%wf = ", "%wb = ")), fp8)
+
+	_, err = GEMVFP8TTIR(8, 96, 128, Tile{BN: 16, BK: 16, Stages: 1, Dot: true}, dtypes.BFloat16)
+	require.ErrorContains(t, err, "at least 32")
+	_, err = GEMVFP8TTIR(8, 96, 128, Tile{BN: 16, BK: 64, Stages: 1}, dtypes.BFloat16)
+	require.ErrorContains(t, err, "only Dot tiles")
+}
