@@ -269,21 +269,21 @@ fp8rows() {
 }
 
 w8a8() {
-  # Branch exp-fp8-w8a8 (~7 min): W8A8 layers' products of 2 rows or more as FP8 × FP8 on
+  # Branch exp-fp8-w8a8 (~5 min): W8A8 layers' products of 2 rows or more as FP8 × FP8 on
   # the tensor cores (BLOCKDIFF_W8A8_TILE; unset, the weight-only kernels take the
   # decoded input): the fixtures' logits against XLA's (TestTritonGEMVModelsMatch's w8a8
-  # case), then the 4- and 8-row steps in bf16, FP8 weight-only, and W8A8 under tiles of
-  # 16 rows (MMA v2) and of 64 (a warpgroup's wgmma).
+  # case), then the 4- and 8-row steps in bf16, FP8 weight-only, and W8A8 (one process,
+  # bench -env) without the knob and under tiles of 16 rows (MMA v2) and of 64 (a
+  # warpgroup's wgmma).
   section "W8A8 on FP8 tensor cores: fixture logits against the plain backend"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch' 2>&1 |
     grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \||w8a8'
-  local tile a
-  for tile in bf16 weight-only "" dot32x512/s3 dot64x32x256/s3 dot64x64x256/s3; do
-    a="-fp8 w8a8"
-    case $tile in bf16) a="" tile="" ;; weight-only) a="-fp8 weight-only" tile="" ;; esac
-    section "steps: ${a:-bf16}, BLOCKDIFF_W8A8_TILE=$tile"
-    BLOCKDIFF_W8A8_TILE=$tile GOMLX_BACKEND=$(backend_config ours) timeout 120 .gpu/bin/bench -only steps -steps denoise,fused \
-      -iters 20 -capacity 528 $a 2>&1 | grep -E 'device loop, per|rror|FP8' | grep -v compiled
+  local a
+  for a in "" "-fp8 weight-only" \
+    "-fp8 w8a8 -env ;BLOCKDIFF_W8A8_TILE=dot32x512/s3;BLOCKDIFF_W8A8_TILE=dot64x32x256/s3;BLOCKDIFF_W8A8_TILE=dot64x64x256/s3"; do
+    section "steps: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only steps -steps denoise,fused -iters 20 -capacity 528 $a 2>&1 |
+      grep -E 'device loop, per|rror|FP8|^env:' | grep -v compiled
   done
 }
 
