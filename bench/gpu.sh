@@ -276,7 +276,7 @@ w8a8() {
   # bench -env) without the knob and under tiles of 16 rows (MMA v2) and of 64 (a
   # warpgroup's wgmma).
   section "W8A8 on FP8 tensor cores: fixture logits against the plain backend"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch' 2>&1 |
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch/w8a8' 2>&1 |
     grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \||w8a8'
   local a
   for a in "" "-fp8 weight-only" \
