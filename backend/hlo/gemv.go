@@ -3,11 +3,8 @@
 package hlo
 
 import (
-	"fmt"
 	"math/bits"
-	"os"
 	"slices"
-	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -17,12 +14,12 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// maxGEMVRows is the most rows (M) a product may have to run as our Triton GEMV: the
-// fused step's 8 (fused mode's forward at batch 1), the 4-token denoise step's and the
+// maxGEMVRows is the most rows (M) a product of bfloat16 weights (or of a W8A8 layer)
+// may have to run as our Triton GEMV: the fused step's 8 (fused mode's forward at batch 1), the 4-token denoise step's and the
 // AR step's, padded to 4 rows (backend.MinWindow).
 const maxGEMVRows = 8
 
-// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to 8 rows,
+// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows,
 // the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md runs ES and
 // ET, ms per added step): the AR step took 1.40 with 8 × 1024 bytes over 3 stages
 // (gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41); the Dot tile, the bytes
@@ -38,54 +35,42 @@ var (
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
 const maxFP8RowsTileRows = 4
 
+// maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
+// XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 32
+// rows) took 275 ms with fp8ManyRowsTile against 367 with XLA's; blocks of 64 rows of
+// one W tile, side by side, lost past 64 rows (fused decoding at batch 64: 766 ms
+// against 661; the 2048-token prefill: 39.9 ms against 24.8).
+const maxFP8Rows = 64
+
+// fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
+// maxFP8Rows, its BM their rows rounded up to a power of two: 32 × 256 bytes over 3
+// stages (the one measured, run EW).
+var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
+
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
-// out by a kernel of its own: at one row with fp8RowTile, at 2 to 8 rows with
-// fp8DotTile, each where it divides W (as measured: pipelined over its stages even
-// where the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
+// out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
+// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile, each where it divides W (as
+// measured: pipelined over its stages even where the K loop is shorter), else with
+// gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
-	if m > maxGEMVRows {
-		return fp8ManyRowsTile(m, n, k)
-	}
+	t := fp8DotTile
 	switch {
-	case m == 1 && triton.CheckGEMV(m, n, k, fp8RowTile, dtypes.BFloat16) == nil:
-		return fp8RowTile, true
-	case m >= 2 && m <= maxGEMVRows && triton.CheckGEMV(m, n, k, fp8DotTile, dtypes.BFloat16) == nil:
-		return fp8DotTile, true
-	case m <= maxFP8RowsTileRows:
+	case m == 1:
+		t = fp8RowTile
+	case m > maxFP8Rows:
+		return triton.Tile{}, false
+	case m > triton.DotRows:
+		t = fp8ManyRowsTile
+		t.BM = 1 << bits.Len(uint(m-1))
+	}
+	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
+		return t, true
+	}
+	if m <= maxFP8RowsTileRows {
 		return gemvTile(m, n, k)
 	}
 	return triton.Tile{}, false
-}
-
-// fp8ManyRowsTile is, in an experiment (branch exp-fp8-rows, not yet run on a GPU), the
-// tile of an FP8 product of more than maxGEMVRows rows, up to BLOCKDIFF_FP8_MAX_ROWS
-// (unset: none, as on main, so that XLA decodes the bytes): up to DotRows, fp8DotTile;
-// up to 64 rows a Dot tile of as many rows as a power of two holds, 32 × 256 bytes over
-// 3 stages (W read once); past that, blocks of 64 rows, 64 × 128 over 3 stages, whose
-// programs of one W tile run side by side (W read once from DRAM, ⌈m/64⌉ times from
-// L2). BLOCKDIFF_FP8_ROWS_TILE names another tile past DotRows rows, as
-// triton.Tile writes one with BM ("dot64x64x128/s3"). Each only where it divides W.
-func fp8ManyRowsTile(m, n, k int) (triton.Tile, bool) {
-	limit, err := strconv.Atoi(os.Getenv("BLOCKDIFF_FP8_MAX_ROWS"))
-	if err != nil || m > limit {
-		return triton.Tile{}, false
-	}
-	t := fp8DotTile
-	switch {
-	case m <= triton.DotRows:
-	case m <= 64:
-		t = triton.Tile{BM: max(triton.DotRows, 1<<bits.Len(uint(m-1))), BN: 32, BK: 256, Stages: 3, Dot: true}
-	default:
-		t = triton.Tile{BM: 64, BN: 64, BK: 128, Stages: 3, Dot: true}
-	}
-	if spec := os.Getenv("BLOCKDIFF_FP8_ROWS_TILE"); spec != "" && m > triton.DotRows {
-		t = triton.Tile{Dot: true}
-		if _, err := fmt.Sscanf(spec, "dot%dx%dx%d/s%d", &t.BM, &t.BN, &t.BK, &t.Stages); err != nil {
-			return triton.Tile{}, false
-		}
-	}
-	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
 }
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
@@ -169,7 +154,8 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 // of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8
 // E4M3FN bytes (the weight that e4m3Bytes found decoded), contracting lhs's last axis
 // with rhs's axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to
-// 8, a tile of gemvTile (of fp8Tile for FP8 bytes), and an output dtype of gemvOutput.
+// 8 (to maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes), and an
+// output dtype of gemvOutput.
 // lhs is reshaped to [M, K] and the [M, N] result to [..., N]. ok is false, with no op
 // added, for every other product; err is set (with ok true) only if building the
 // lowered product failed.
@@ -199,10 +185,9 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	return y, true, err
 }
 
-// tritonW8A8 is, in an experiment (branch exp-fp8-w8a8, BLOCKDIFF_W8A8_TILE), tritonGEMV
-// for a product of FP8 bytes by FP8 bytes, lhs [..., K] the input that package quant's
-// W8A8 layer quantized (e4m3Bytes of its decoded value) and rhs [N, K] its weight:
-// GEMVFP8's kernel of the tile BLOCKDIFF_W8A8_TILE names, for 2 rows or more.
+// tritonW8A8 is tritonGEMV for a product of FP8 bytes by FP8 bytes, lhs [..., K] the
+// input that package quant's W8A8 layer quantized (e4m3Bytes of its decoded value) and
+// rhs [N, K] its weight: GEMVFP8's kernel of w8a8Tile.
 func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
@@ -211,7 +196,7 @@ func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		return nil, false, nil
 	}
 	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
-	if !ok || m < 2 {
+	if !ok {
 		return nil, false, nil
 	}
 	t, ok := w8a8Tile(m, n, k)
@@ -224,22 +209,17 @@ func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	return y, true, err
 }
 
-// w8a8Tile is the experiment's tile of a product of m rows of FP8 bytes by W [n, k]
-// of FP8 bytes: BLOCKDIFF_W8A8_TILE's, as triton.Tile writes a Dot tile ("dot32x512/s3",
-// "dot64x32x256/s3"), where it fits; none when it is unset.
+// w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
+// the tensor cores as FP8: fp8DotTile from 2 to maxGEMVRows rows, where it divides W.
+// Run EV, ms per added step: the denoise and fused steps took 2.105 and 2.107 so, 2.32
+// and 2.30 with the weight-only kernels on the decoded input (2.14 and 2.16 with FP8
+// weight-only layers); Dot tiles of 64 rows (a warpgroup's wgmma) lost, 3.7 to 4.9.
+// Other products take the weight-only kernels, at one row the row tile's.
 func w8a8Tile(m, n, k int) (triton.Tile, bool) {
-	spec := os.Getenv("BLOCKDIFF_W8A8_TILE")
-	t := triton.Tile{Dot: true}
-	if _, err := fmt.Sscanf(spec, "dot%dx%dx%d/s%d", &t.BM, &t.BN, &t.BK, &t.Stages); err != nil {
-		t = triton.Tile{Dot: true}
-		if _, err := fmt.Sscanf(spec, "dot%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err != nil {
-			return triton.Tile{}, false
-		}
-	}
-	if _, err := triton.GEMVFP8TTIR(m, n, k, t, dtypes.Float32); err != nil {
+	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, fp8DotTile, dtypes.Float32) != nil {
 		return triton.Tile{}, false
 	}
-	return t, true
+	return fp8DotTile, true
 }
 
 // gemvShape checks a product for our GEMV kernels: lhs [..., K] and rhs [N, K],

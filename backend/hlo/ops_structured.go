@@ -367,8 +367,8 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 }
 
 // fp8Product is our kernel for the product of lhs (x, its operand) by FP8 bytes w, as
-// tritonGEMV returns it: in the experiment of branch exp-fp8-w8a8, of lhs's bytes where
-// package quant's W8A8 layer quantized it (tritonW8A8), else of x's values.
+// tritonGEMV returns it: of lhs's bytes where package quant's W8A8 layer quantized it
+// (tritonW8A8), else of x's values.
 func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
 	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
 	if bytes := e4m3Bytes(lhs); bytes != nil {

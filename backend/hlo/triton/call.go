@@ -79,7 +79,7 @@ func mlirEscape(s string) string {
 
 // GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] bfloat16 and
 // w [n, k] bfloat16 or uint8 (FP8 E4M3FN bytes, read as their values): GEMVTTIR's
-// kernel of tile t on its grid (Tile.Programs).
+// kernel of tile t, one program per t.BN rows of w.
 func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.BFloat16 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8) ||
@@ -93,7 +93,7 @@ func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stable
 
 // GEMVFP8 appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] and w [n,
 // k] both uint8 (FP8 E4M3FN bytes, read as their values): GEMVFP8TTIR's kernel of tile
-// t on its grid (an experiment, branch exp-fp8-w8a8).
+// t, one program per t.BN rows of w.
 func (kn Kernels) GEMVFP8(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.Uint8 || ws.DType != dtypes.Uint8 || xs.Dimensions[1] != ws.Dimensions[1] {
@@ -104,13 +104,13 @@ func (kn Kernels) GEMVFP8(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*sta
 	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
 }
 
-// callGEMV runs the GEMV kernel name of ir on operands, on tile t's grid for its output
-// y [m, n] (Tile.Programs); err, from writing ir, is returned as it is.
+// callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
+// its output y [m, n]; err, from writing ir, is returned as it is.
 func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := kn.Call(name, ir, t.Programs(y.Dimensions[0], y.Dimensions[1]), Warps, t.Stages, operands, y)
+	ys, err := kn.Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}

@@ -20,10 +20,8 @@ const MaxAccumulators = 64
 // Tile is how the GEMV splits its work: each program computes BN outputs of every row,
 // in K steps of BK; Stages > 1 pipelines the loads of the K loop that many steps deep.
 // Dot multiplies each step's x and W tiles on the tensor cores (tt.dot, x padded to
-// DotRows rows) instead of into one accumulator per row of x. A Dot tile's BM, where
-// set (a power of two of at least DotRows), spreads x's rows over programs of BM rows
-// each instead: a grid of n/BN × ⌈m/BM⌉ programs, those of one W tile launched side by
-// side so that they read it from L2 rather than DRAM.
+// DotRows rows, or BM where set: a power of two of at least DotRows, for more rows)
+// instead of into one accumulator per row of x.
 type Tile struct {
 	BM, BN, BK, Stages int
 	Dot                bool
@@ -46,18 +44,8 @@ func (t Tile) String() string {
 	return fmt.Sprintf("%s%dx%d/s%d", prefix, t.BN, t.BK, t.Stages)
 }
 
-// dotRows is the rows of x a Dot tile's program multiplies: BM, or DotRows without it.
+// dotRows is the rows of x a Dot tile's kernel multiplies: BM, or DotRows without it.
 func (t Tile) dotRows() int { return max(t.BM, DotRows) }
-
-// Programs is the grid of the GEMV of m rows and W [n, k] with tile t: n/BN programs,
-// times ⌈m/BM⌉ for a Dot tile with BM.
-func (t Tile) Programs(m, n int) int {
-	programs := n / t.BN
-	if t.Dot && t.BM > 0 {
-		programs *= (m + t.BM - 1) / t.BM
-	}
-	return programs
-}
 
 // Accumulators is how many float32 accumulators each thread holds at m rows, spread
 // over the program's 32 × Warps threads: one [BN, BK] accumulator per row, or a Dot
@@ -73,7 +61,7 @@ func (t Tile) Accumulators(m int) int {
 // output dtype out, or returns nil: the tile's sides must be powers of two (Triton's
 // tensors) dividing n and k, it must fit MaxAccumulators at m rows, the offsets must fit
 // int32, and out must be bfloat16 or float32. A Dot tile also needs sides of at least
-// 16 (tt.dot's smallest) and m ≤ DotRows unless it has BM; BM is a Dot tile's only, a
+// 16 (tt.dot's smallest) and m ≤ DotRows, or ≤ BM where set; BM is a Dot tile's only, a
 // power of two of at least DotRows.
 func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	var errs []error
@@ -85,8 +73,8 @@ func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	} else if n%t.BN != 0 || k%t.BK != 0 {
 		errs = append(errs, fmt.Errorf("tile %v does not divide W [%d, %d]", t, n, k))
 	}
-	if t.Dot && ((t.BM == 0 && m > DotRows) || t.BN < 16 || t.BK < 16) {
-		errs = append(errs, fmt.Errorf("tile %v at %d rows: a Dot tile needs at most %d rows (or BM) and sides of at least 16", t, m, DotRows))
+	if t.Dot && (m > t.dotRows() || t.BN < 16 || t.BK < 16) {
+		errs = append(errs, fmt.Errorf("tile %v at %d rows: a Dot tile needs at most %d rows and sides of at least 16", t, m, t.dotRows()))
 	}
 	if t.BM != 0 && (!t.Dot || !isPowerOfTwo(t.BM) || t.BM < DotRows) {
 		errs = append(errs, fmt.Errorf("tile %v: BM must be a power of two of at least %d, of a Dot tile", t, DotRows))
@@ -402,10 +390,10 @@ func (t Tile) loopAttr() string {
 	return ""
 }
 
-// dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [R, BK] tile (R
-// the tile's dotRows, from its program's first row m0: 0, or with BM its block's; rows
-// past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a transposed
-// operand; FP8 bytes converted to bfloat16 through float16 and float32, exactly) and
+// dotTTIR is GEMVTTIR's kernel for a Dot tile, of x's dtype x (GEMVFP8TTIR's for FP8
+// bytes): each K step loads x's [R, BK] tile (R the tile's dotRows; rows past m-1 read
+// row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a transposed operand; FP8
+// bytes by a bfloat16 x converted to bfloat16 through float16 and float32, exactly) and
 // accumulates their tt.dot into one [R, BN] float32 accumulator; the rows below m are
 // stored, rounded for a bfloat16 y.
 func dotTTIR(m, n, k int, t Tile, x, w, out dtypes.DType) string {
@@ -413,7 +401,8 @@ func dotTTIR(m, n, k int, t Tile, x, w, out dtypes.DType) string {
 	if out == dtypes.BFloat16 {
 		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
 	}
-	text := kernelHead + `$ROWS    %mlast = arith.constant dense<$MLAST> : tensor<$Rxi32>
+	text := kernelHead + `    %rm = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
+    %mlast = arith.constant dense<$MLAST> : tensor<$Rxi32>
     %rmc = arith.minsi %rm, %mlast : tensor<$Rxi32>
     %Kr = arith.constant dense<$K> : tensor<$Rxi32>
     %xrow = arith.muli %rmc, %Kr : tensor<$Rxi32>
@@ -477,40 +466,33 @@ $WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKx$DT> * tensor<$BKx$BNx$DT> -
       %wb = arith.truncf %wf : tensor<$BKx$BNxf32> to tensor<$BKx$BNxbf16>
 `, "%wb"
 	}
-	rows := "    %rm = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>\n"
-	if t.BM > 0 {
-		// Program pid multiplies W's tile pid / blocks by x's block pid % blocks, so the
-		// programs of one W tile run side by side.
-		text = strings.Replace(text, "    %n0 = arith.muli %pid, %cBN : i32\n", `    %cMB = arith.constant $MB : i32
-    %pidm = arith.remsi %pid, %cMB : i32
-    %pidn = arith.divsi %pid, %cMB : i32
-    %n0 = arith.muli %pidn, %cBN : i32
-    %cBM = arith.constant $BM : i32
-    %m0 = arith.muli %pidm, %cBM : i32
-`, 1)
-		rows = `    %rm0 = tt.make_range {end = $R : i32, start = 0 : i32} : tensor<$Rxi32>
-    %m0s = tt.splat %m0 : i32 -> tensor<$Rxi32>
-    %rm = arith.addi %m0s, %rm0 : tensor<$Rxi32>
-`
-	}
-	text = strings.NewReplacer("$WBF16", convert, "$WB", wb, "$DT", dt, "$ROWS", rows).Replace(text)
+	text = strings.NewReplacer("$WBF16", convert, "$WB", wb, "$DT", dt).Replace(text)
 	r := t.dotRows()
 	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", r, t.BK), "$RxBN", fmt.Sprintf("%dx%d", r, t.BN),
-		"$Rx", fmt.Sprintf("%dx", r), "$R ", fmt.Sprintf("%d ", r), "$MLAST", fmt.Sprint(m-1), "$MB", fmt.Sprint((m+r-1)/r), "$M", fmt.Sprint(m),
-		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN), "$BM", fmt.Sprint(t.BM),
+		"$Rx", fmt.Sprintf("%dx", r), "$R ", fmt.Sprintf("%d ", r), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
+		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
 		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$XT", elementType(x), "$YT", elementType(out)).Replace(text)
 }
 
-// GEMVFP8TTIR is, in an experiment (branch exp-fp8-w8a8, not yet run on a GPU), the
-// kernel @gemm of GEMVTTIR's Dot tile for x [m, k] of FP8 E4M3FN bytes too (package
-// quant's W8A8 layers quantize their input): the bytes of both multiplied on the tensor
-// cores as FP8, nothing converted, into float32 sums.
+// GEMVFP8TTIR is the kernel @gemm of GEMVTTIR's Dot tile for x [m, k] of FP8 E4M3FN
+// bytes too (package quant's W8A8 layers quantize their input): the bytes of both
+// multiplied on the tensor cores as FP8, nothing converted, into float32 sums.
 func GEMVFP8TTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
-	if err := CheckGEMV(m, n, k, t, out); err != nil {
+	if err := CheckGEMVFP8(m, n, k, t, out); err != nil {
 		return "", err
 	}
-	if !t.Dot || t.BK < 32 {
-		return "", fmt.Errorf("triton: GEMV of FP8 x: tile %v: only Dot tiles of K steps of at least 32 (FP8 tt.dot's)", t)
-	}
 	return dotTTIR(m, n, k, t, dtypes.Uint8, dtypes.Uint8, out), nil
+}
+
+// CheckGEMVFP8 says why GEMVFP8TTIR cannot write the kernel of m rows, W [n, k], tile t
+// and output dtype out, or returns nil: CheckGEMV's reasons, and t must be a Dot tile
+// of K steps of at least 32 (FP8 tt.dot's smallest).
+func CheckGEMVFP8(m, n, k int, t Tile, out dtypes.DType) error {
+	if err := CheckGEMV(m, n, k, t, out); err != nil {
+		return err
+	}
+	if !t.Dot || t.BK < 32 {
+		return fmt.Errorf("triton: GEMV of FP8 x: tile %v: only Dot tiles of K steps of at least 32 (FP8 tt.dot's)", t)
+	}
+	return nil
 }
