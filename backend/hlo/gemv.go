@@ -15,8 +15,9 @@ import (
 )
 
 // maxGEMVRows is the most rows (M) a product of bfloat16 weights (or of a W8A8 layer)
-// may have to run as our Triton GEMV: the fused step's 8 (fused mode's forward at batch 1), the 4-token denoise step's and the
-// AR step's, padded to 4 rows (backend.MinWindow).
+// may have to run as our Triton GEMV: the fused step's 8 (fused mode's forward at batch
+// 1), the 4-token denoise step's and the AR step's, padded to 4 rows
+// (backend.MinWindow).
 const maxGEMVRows = 8
 
 // fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows,
@@ -155,10 +156,9 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 // E4M3FN bytes (the weight that e4m3Bytes found decoded), contracting lhs's last axis
 // with rhs's axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to
 // 8 (to maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes), and an
-// output dtype of gemvOutput.
-// lhs is reshaped to [M, K] and the [M, N] result to [..., N]. ok is false, with no op
-// added, for every other product; err is set (with ok true) only if building the
-// lowered product failed.
+// output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
+// [..., N]. ok is false, with no op added, for every other product; err is set (with ok
+// true) only if building the lowered product failed.
 func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
