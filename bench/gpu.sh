@@ -28,8 +28,8 @@
 # on backend labels),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
-# decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes), explore (per-layer
-# cost, the padded AR step, XLA flag variants, HLO dumps),
+# decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
+# cores), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -77,7 +77,7 @@ hlo() {
   # GEMVs against its dot_generals, then model.test's fixture tests on it (float32
   # products at full precision, as in the fixtures section).
   section "hlo backend"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 300 .gpu/bin/hlo.test -test.v >"$OUT/hlo.log" 2>&1
   echo "hlo.test: rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|rror|max \|' "$OUT/hlo.log" | head -70
   GOMLX_BACKEND="bdxla:$plugin,notf32" timeout 150 .gpu/bin/model.test -test.v \
     -test.run 'TestFixtureLogits|TestCachedPath|TestFused' >"$OUT/model-hlo.log" 2>&1
@@ -226,24 +226,24 @@ fp8() {
 }
 
 fp8gemv() {
-  # FP8 weights on ours (runs EN-EU, ~7 min): hlo's GPU tests of our kernels and folds on
-  # FP8 bytes against XLA's product of the decoded weight; the batch-1 steps in bf16,
-  # with FP8 weights that our kernels read up to 8 rows (quant's table decoder,
-  # -fp8-decoder lut, the default) and with FP8 weights that XLA decodes (-fp8-decoder
-  # bits, which the backend does not recognise); then fused decoding at batch 1, bf16
-  # and FP8.
+  # FP8 weights on ours (runs EN-EW, ~9 min): hlo's GPU tests of our kernels and folds on
+  # FP8 bytes against XLA's product of the decoded weight (W8A8 layers' FP8 × FP8
+  # products too); the batch-1 steps in bf16, with FP8 weights that our kernels read up
+  # to 64 rows (quant's table decoder, -fp8-decoder lut, the default), with FP8 weights
+  # that XLA decodes (-fp8-decoder bits, which the backend does not recognise) and W8A8;
+  # then fused decoding at batch 1 and 8, bf16 and FP8.
   section "our GEMV on FP8 bytes and the folds around it against XLA's product of the decoded weight"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch|TritonFoldModelsMatch|TritonNormModelsMatch' 2>&1 |
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 240 .gpu/bin/hlo.test -test.v -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch|TritonFoldModelsMatch|TritonNormModelsMatch' 2>&1 |
     grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
   local a
-  for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits"; do
+  for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits" "-fp8 w8a8"; do
     section "steps: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
       -capacity 528 $a 2>&1 | grep -E 'device loop|FP8' | grep -v compiled
   done
   for a in "" "-fp8 weight-only"; do
     section "decoding: ${a:-bf16}"
-    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 1 \
+    GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
   done
 }

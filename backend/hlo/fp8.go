@@ -18,9 +18,11 @@ import (
 // table decoder: a Gather from a 256-entry constant of each byte's E4M3FN value in
 // bfloat16, indexed by the bytes). XLA then writes the decoded bfloat16 weight out and
 // reads it back for every product, 5 bytes of traffic a weight instead of the byte the
-// checkpoint holds. With option triton=gemv, a product of a few rows whose weight is so
-// decoded runs our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads
-// each as its E4M3FN value; the Gather is then left unused, for XLA to remove.
+// checkpoint holds. With option triton=gemv, a product of up to 64 rows whose weight is
+// so decoded runs our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads
+// each as its E4M3FN value; the Gather is then left unused, for XLA to remove. Where
+// the input is a W8A8 layer's, quantized to bytes the same table decodes, a product of
+// 2 to 8 rows multiplies both as FP8 on the tensor cores (tritonW8A8).
 
 // e4m3TableSize is the entries of a decoding table: one per byte.
 const e4m3TableSize = 256

@@ -75,6 +75,68 @@ func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch 
 	}
 }
 
+// FP8 products of more than 16 rows run our GEMV on the bytes with a Dot tile of their
+// rows, up to 64: at batch 8 a 4-token window's 32 rows run every FP8 layer so (with
+// tiles the fixtures' small weights fit), at batch 32 (128 rows) none does.
+func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
+	defer setFittingFP8Tiles()()
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	const rows32 = "tt.dot %xv, %wb, %a : tensor<32x32xbf16> * tensor<32x32xbf16>"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 8, 4, true, quantize)
+			require.Equal(t, 4*layers, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "one GEMV on the bytes per FP8 layer")
+			require.Equal(t, 4*layers, tritonCallsWith(text, rows32), "a Dot tile of 32 rows")
+			dense, _ := denseDots(text)
+			require.Equal(t, 1, dense, "only the head's product is XLA's")
+
+			text, _ = windowTextOf(t, b, dir, 32, 4, true, quantize)
+			require.Zero(t, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "128 rows: XLA's products")
+		})
+	}
+}
+
+// quantizeW8A8 quantizes m's linear layers but the head to FP8 with a static input
+// scale each, from a calibration that puts every input's largest |x| at 4.
+func quantizeW8A8(m *model.Model) error {
+	calibration := &quant.Calibration{Format: quant.CalibrationFormat, DType: quant.CalibrationDType, BlockSize: 4,
+		Layers: map[string]quant.LayerStats{}}
+	for _, l := range m.Linears() {
+		if l.Name != "lm_head" {
+			calibration.Layers[l.Name] = quant.LayerStats{InputAmax: 4}
+		}
+	}
+	return quant.QuantizeModel(m, quant.Options{Calibration: calibration})
+}
+
+// W8A8 layers (every layer's input quantized too, a static scale per layer) multiply
+// a 4-row window's input bytes by the weight's on the tensor cores as FP8, one kernel
+// per FP8 layer, and leave no dense product but the head's, with a Dot tile the
+// fixtures' weights fit; with the default tiles, which they do not fit, the weight-only
+// kernels take those products on the decoded input.
+func TestTritonW8A8InModels(t *testing.T) {
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	const fp8Dot = "tt.dot %xv, %wv, %a : tensor<16x32xf8E4M3FN> * tensor<32x16xf8E4M3FN>"
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 1, 4, true, quantizeW8A8)
+			require.Zero(t, tritonCallsWith(text, "%x: !tt.ptr<f8E4M3FN>"), "default tiles")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "the weight-only kernels")
+
+			restore := setFittingFP8Tiles()
+			text, layers = windowTextOf(t, b, dir, 1, 4, true, quantizeW8A8)
+			restore()
+			require.Equal(t, 4*layers, tritonCallsWith(text, fp8Dot), "one FP8 × FP8 kernel per FP8 layer")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "%x: !tt.ptr<f8E4M3FN>"), "the input's bytes are the kernel's operand")
+			dense, _ := denseDots(text)
+			require.Equal(t, 1, dense, "only the head's product is XLA's")
+		})
+	}
+}
+
 // With option triton=fold, the one-row windows of a quantized fixture model fold the
 // norms, SwiGLU and residual adds around its FP8 layers into kernels that read the
 // bytes and scale each sum (package quant's per-channel and per-tensor scales alike),

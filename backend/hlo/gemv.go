@@ -3,6 +3,7 @@
 package hlo
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/gomlx/compute"
@@ -13,12 +14,13 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// maxGEMVRows is the most rows (M) a product may have to run as our Triton GEMV: the
-// fused step's 8 (fused mode's forward at batch 1), the 4-token denoise step's and the
-// AR step's, padded to 4 rows (backend.MinWindow).
+// maxGEMVRows is the most rows (M) a product of bfloat16 weights (or of a W8A8 layer)
+// may have to run as our Triton GEMV: the fused step's 8 (fused mode's forward at batch
+// 1), the 4-token denoise step's and the AR step's, padded to 4 rows
+// (backend.MinWindow).
 const maxGEMVRows = 8
 
-// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to 8 rows,
+// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows,
 // the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md runs ES and
 // ET, ms per added step): the AR step took 1.40 with 8 × 1024 bytes over 3 stages
 // (gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41); the Dot tile, the bytes
@@ -34,18 +36,39 @@ var (
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
 const maxFP8RowsTileRows = 4
 
+// maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
+// XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 32
+// rows) took 275 ms with fp8ManyRowsTile against 367 with XLA's; blocks of 64 rows of
+// one W tile, side by side, lost past 64 rows (fused decoding at batch 64: 766 ms
+// against 661; the 2048-token prefill: 39.9 ms against 24.8).
+const maxFP8Rows = 64
+
+// fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
+// maxFP8Rows, its BM their rows rounded up to a power of two: 32 × 256 bytes over 3
+// stages (the one measured, run EW).
+var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
+
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
-// out by a kernel of its own: at one row with fp8RowTile, at 2 to 8 rows with
-// fp8DotTile, each where it divides W (as measured: pipelined over its stages even
-// where the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
+// out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
+// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile, each where it divides W (as
+// measured: pipelined over its stages even where the K loop is shorter), else with
+// gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
+	t := fp8DotTile
 	switch {
-	case m == 1 && triton.CheckGEMV(m, n, k, fp8RowTile, dtypes.BFloat16) == nil:
-		return fp8RowTile, true
-	case m >= 2 && m <= maxGEMVRows && triton.CheckGEMV(m, n, k, fp8DotTile, dtypes.BFloat16) == nil:
-		return fp8DotTile, true
-	case m <= maxFP8RowsTileRows:
+	case m == 1:
+		t = fp8RowTile
+	case m > maxFP8Rows:
+		return triton.Tile{}, false
+	case m > triton.DotRows:
+		t = fp8ManyRowsTile
+		t.BM = 1 << bits.Len(uint(m-1))
+	}
+	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
+		return t, true
+	}
+	if m <= maxFP8RowsTileRows {
 		return gemvTile(m, n, k)
 	}
 	return triton.Tile{}, false
@@ -132,30 +155,20 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 // of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8
 // E4M3FN bytes (the weight that e4m3Bytes found decoded), contracting lhs's last axis
 // with rhs's axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to
-// 8, a tile of gemvTile (of fp8Tile for FP8 bytes), and an output dtype of gemvOutput.
-// lhs is reshaped to [M, K] and the [M, N] result to [..., N]. ok is false, with no op
-// added, for every other product; err is set (with ok true) only if building the
-// lowered product failed.
+// 8 (to maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes), and an
+// output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
+// [..., N]. ok is false, with no op added, for every other product; err is set (with ok
+// true) only if building the lowered product failed.
 func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
 	ls, rs := lhs.Shape(), rhs.Shape()
 	fp8 := rs.DType == dtypes.Uint8
-	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) ||
-		len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
-		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) {
 		return nil, false, nil
 	}
-	out, ok := gemvOutput(config)
-	if !ok {
-		return nil, false, nil
-	}
-	rows := ls.Dimensions[:ls.Rank()-1]
-	m, k, n := 1, rs.Dimensions[1], rs.Dimensions[0]
-	for _, d := range rows {
-		m *= d
-	}
-	if f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k) {
+	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if !ok || (f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k)) {
 		return nil, false, nil
 	}
 	tile := gemvTile
@@ -166,15 +179,84 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	if !ok {
 		return nil, false, nil
 	}
-	x := lhs
-	if ls.Rank() != 2 {
-		if x, err = stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k)); err != nil {
-			return nil, true, err
-		}
-	}
-	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
-	if err == nil && ls.Rank() != 2 {
-		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
-	}
+	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	})
 	return y, true, err
+}
+
+// tritonW8A8 is tritonGEMV for a product of FP8 bytes by FP8 bytes, lhs [..., K] the
+// input that package quant's W8A8 layer quantized (e4m3Bytes of its decoded value) and
+// rhs [N, K] its weight: GEMVFP8's kernel of w8a8Tile.
+func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
+	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
+	ls, rs := lhs.Shape(), rhs.Shape()
+	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.Uint8 || rs.DType != dtypes.Uint8 {
+		return nil, false, nil
+	}
+	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if !ok {
+		return nil, false, nil
+	}
+	t, ok := w8a8Tile(m, n, k)
+	if !ok {
+		return nil, false, nil
+	}
+	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMVFP8(x, rhs, t, out)
+	})
+	return y, true, err
+}
+
+// w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
+// the tensor cores as FP8: fp8DotTile from 2 to maxGEMVRows rows, where it divides W.
+// Run EV, ms per added step: the denoise and fused steps took 2.105 and 2.107 so, 2.32
+// and 2.30 with the weight-only kernels on the decoded input (2.14 and 2.16 with FP8
+// weight-only layers); Dot tiles of 64 rows (a warpgroup's wgmma) lost, 3.7 to 4.9.
+// Other products take the weight-only kernels, at one row the row tile's.
+func w8a8Tile(m, n, k int) (triton.Tile, bool) {
+	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, fp8DotTile, dtypes.Float32) != nil {
+		return triton.Tile{}, false
+	}
+	return fp8DotTile, true
+}
+
+// gemvShape checks a product for our GEMV kernels: lhs [..., K] and rhs [N, K],
+// contracting lhs's last axis with rhs's axis 1, no batch axes, M (the product of lhs's
+// other dimensions) from 1, and an output dtype of gemvOutput; it returns m, n, k and
+// that dtype.
+func gemvShape(ls, rs xshapes.Shape, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
+	config compute.DotGeneralConfig) (m, n, k int, out dtypes.DType, ok bool) {
+	if len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
+		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
+		return 0, 0, 0, dtypes.InvalidDType, false
+	}
+	if out, ok = gemvOutput(config); !ok {
+		return 0, 0, 0, dtypes.InvalidDType, false
+	}
+	m, k, n = 1, rs.Dimensions[1], rs.Dimensions[0]
+	for _, d := range ls.Dimensions[:ls.Rank()-1] {
+		m *= d
+	}
+	return m, n, k, out, true
+}
+
+// asRows applies product, which takes x [m, k] to y [m, n] of dtype out, to lhs [..., k]:
+// lhs reshaped to [m, k] and the result to [..., n].
+func asRows(lhs *stablehlo.Value, m, k int, out dtypes.DType, product func(x *stablehlo.Value) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
+	ls := lhs.Shape()
+	if ls.Rank() == 2 {
+		return product(lhs)
+	}
+	x, err := stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k))
+	if err != nil {
+		return nil, err
+	}
+	y, err := product(x)
+	if err != nil {
+		return nil, err
+	}
+	rows := slices.Clone(ls.Dimensions[:ls.Rank()-1])
+	return stablehlo.Reshape(y, xshapes.Make(out, append(rows, y.Shape().Dimensions[1])...))
 }

@@ -83,10 +83,16 @@ func TestGEMVOutput(t *testing.T) {
 	}
 }
 
-// FP8 products of 1 row take fp8RowTile and of 2 to 8 rows the tensor-core tile where
-// they divide W (3 stages over MiniCPM5-2B's 2 steps of K, as measured), and gemvTile's
-// up to 4 rows where they do not (the fixtures' small weights); none past that.
+// FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile and of
+// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, where they
+// divide W (3 stages over MiniCPM5-2B's 2 steps of K, as measured), and gemvTile's up to
+// 4 rows where they do not (the fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
+	many := func(rows int) triton.Tile {
+		t := fp8ManyRowsTile
+		t.BM = rows
+		return t
+	}
 	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
@@ -95,6 +101,23 @@ func TestFP8Tile(t *testing.T) {
 		{8, 2560, 2048, fp8DotTile, true},                         // its qkv, fused step
 		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true}, // the fixtures'
 		{8, 192, 64, triton.Tile{}, false},
+		{12, 2560, 2048, fp8DotTile, true},
+		{17, 2560, 2048, many(32), true},
+		{32, 2560, 2048, many(32), true}, // fused decoding at batch 8
+		{40, 2048, 6144, many(64), true},
+		{64, 2560, 2048, many(64), true},
+		{65, 2560, 2048, triton.Tile{}, false},
+		{32, 192, 64, triton.Tile{}, false},
+	})
+}
+
+// W8A8 products of 2 to 8 rows take fp8DotTile where it divides W; none otherwise.
+func TestW8A8Tile(t *testing.T) {
+	requireTiles(t, w8a8Tile, []tileCase{
+		{1, 2560, 2048, triton.Tile{}, false},
+		{2, 2560, 2048, fp8DotTile, true},
+		{8, 2048, 6144, fp8DotTile, true},
 		{9, 2560, 2048, triton.Tile{}, false},
+		{4, 192, 64, triton.Tile{}, false},
 	})
 }

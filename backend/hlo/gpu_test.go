@@ -400,6 +400,79 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 	}
 }
 
+// FP8 layers (package quant's FP8Linear with its table decoder) at MiniCPM5-2B's shapes
+// give XLA's product of the decoded weight, in float32 (ApplyFloat32) to 1e-4 of the
+// largest output: at 1, 4, 8, 32 and 64 rows, which take the row tile, the Dot tile and
+// the Dot tiles of 32 and 64 rows on the weight's bytes, weight-only and W8A8 (whose 4
+// and 8 rows multiply the input's bytes too, FP8 × FP8 on the tensor cores). Both sides
+// multiply exact E4M3 values, whose products float32 holds exactly, and differ only in
+// the order of the float32 sums: sums carried in less than float32 (as FP8 tensor
+// cores can) would fail it. The lowering is checked first, on a build-only backend, so
+// that it runs without a GPU too.
+func TestTritonFP8MatchesDot(t *testing.T) {
+	rows := []int{1, 4, 8, 32, 64}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, s := range []struct{ k, n int }{{2048, 2560}, {6144, 2048}} {
+		for _, w8a8 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("k%d_n%d_w8a8_%v", s.k, s.n, w8a8), func(t *testing.T) {
+				weight := make([]uint8, s.n*s.k)
+				for i := range weight {
+					weight[i] = uint8(rng.IntN(256))
+					if weight[i]&0x7f == 0x7f { // NaN: a finite byte instead
+						weight[i]--
+					}
+				}
+				scales := make([]float32, s.n)
+				for i := range scales {
+					scales[i] = quant.ScaleFromAmax(float32(math.Sqrt(3/float64(s.k))) * (0.5 + rng.Float32()))
+				}
+				params := []any{tensors.FromFlatDataAndDimensions(weight, s.n, s.k), tensors.FromFlatDataAndDimensions(scales, s.n)}
+				if w8a8 {
+					params = append(params, tensors.FromScalar(quant.ScaleFromAmax(1)))
+				}
+				inputs := slices.Clone(params)
+				for _, m := range rows {
+					inputs = append(inputs, randomBF16(rng, []int{1, m, s.k}, 1))
+				}
+				layer := &quant.FP8Linear{}
+				fn := func(in []*Node) []*Node {
+					var ys []*Node
+					for _, x := range in[len(params):] {
+						ys = append(ys, layer.ApplyFloat32(x, in[:len(params)]))
+					}
+					return ys
+				}
+				var inputShapes []shapes.Shape
+				for _, in := range inputs {
+					inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
+				}
+				text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
+				require.Equal(t, len(rows), tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "every product on the bytes")
+				fp8x := 0
+				if w8a8 {
+					fp8x = 2 // 4 and 8 rows
+				}
+				require.Equal(t, fp8x, tritonCallsWith(text, "%x: !tt.ptr<f8E4M3FN>"), "FP8 × FP8 products")
+
+				plain, lowered := tritonBackends(t)
+				got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
+				for i, m := range rows {
+					g, w := float64s(t, got[i]), float64s(t, want[i])
+					scale, worst := 0.0, 0.0
+					for _, v := range w {
+						scale = max(scale, math.Abs(v))
+					}
+					for j := range w {
+						worst = max(worst, math.Abs(g[j]-w[j])/scale)
+					}
+					require.LessOrEqual(t, worst, 1e-4, "%d rows: max |triton - dot| / max |dot|", m)
+					t.Logf("%d rows: max |triton - dot| / max |dot|: %.2g", m, worst)
+				}
+			})
+		}
+	}
+}
+
 // randomBF16 is a bf16 tensor of dims, uniform in [-scale, scale).
 func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 	flat := make([]bfloat16.BFloat16, shapes.Make(dtypes.BFloat16, dims...).Size())
@@ -409,17 +482,24 @@ func randomBF16(rng *rand.Rand, dims []int, scale float32) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(flat, dims...)
 }
 
-// fittingFP8RowTile and fittingFP8DotTile are FP8 tiles of 1 and of 2 to 8 rows that
-// divide the fixture models' weights (the defaults are too large for them); the row
-// tile is pipelined deeper than its loop at K 64, as the default is at MiniCPM5-2B's K
-// of 2048 (2 steps of 1024 over 3 stages).
+// fittingFP8RowTile, fittingFP8DotTile and fittingFP8ManyRowsTile are FP8 tiles of 1,
+// of 2 to 16 and of more rows that divide the fixture models' weights (the defaults are
+// too large for them); the row tile is pipelined deeper than its loop at K 64, as the
+// default is at MiniCPM5-2B's K of 2048 (2 steps of 1024 over 3 stages).
 var (
-	fittingFP8RowTile = triton.Tile{BN: 8, BK: 64, Stages: 3}
-	fittingFP8DotTile = triton.Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
+	fittingFP8RowTile      = triton.Tile{BN: 8, BK: 64, Stages: 3}
+	fittingFP8DotTile      = triton.Tile{BN: 16, BK: 32, Stages: 1, Dot: true}
+	fittingFP8ManyRowsTile = triton.Tile{BN: 32, BK: 32, Stages: 1, Dot: true}
 )
 
+// setFittingFP8Tiles gives the backend the fitting FP8 tiles until the returned
+// function restores the defaults.
+func setFittingFP8Tiles() (restore func()) {
+	return hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile, fittingFP8ManyRowsTile)
+}
+
 // The bf16 fixture models with triton=gemv-all give the plain backend's logits on the
-// windows whose dense products it lowers: 4 and 8 tokens without a cache, a 4-token
+// windows whose dense products it lowers: 4, 8 and 32 tokens without a cache, a 4-token
 // prefill (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
 // tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests
 // (model.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
@@ -430,25 +510,34 @@ var (
 // weights decoded by its table), whose GEMVs read the weight bytes themselves (fp8.go)
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
 // value and sum in float32, in another order. FP8 runs once with the default tiles (the
-// fixtures' weights fit gemvTile's up to 4 rows, no tile at 8), once with tiles they fit
-// (fittingFP8RowTile and fittingFP8DotTile).
+// fixtures' weights fit gemvTile's up to 4 rows, no tile past that), once with tiles they
+// fit (setFittingFP8Tiles: the 32-token window's products run a Dot tile of 32 rows). So
+// do the models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
+// on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16.
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens
-	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles"} {
-		if weights == "fp8, fitting tiles" {
-			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
+	long := slices.Repeat(tokens, 4)
+	for _, weights := range []string{"bf16", "fp8", "fp8, fitting tiles", "w8a8, fitting tiles"} {
+		restore := func() {}
+		if strings.HasSuffix(weights, "fitting tiles") {
+			restore = setFittingFP8Tiles()
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
 				worst := requireBF16WindowsMatch(t, lowered, plain, dir,
-					[]string{"4 tokens", "8 tokens", "prefill", "step of 3", "step of 1"},
+					[]string{"4 tokens", "8 tokens", "32 tokens", "prefill", "step of 3", "step of 1"},
 					func(m *model.Model, add func([][]float32, error)) {
-						if weights != "bf16" {
+						switch weights {
+						case "bf16":
+						case "w8a8, fitting tiles":
+							require.NoError(t, quantizeW8A8(m))
+						default:
 							require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
 						}
 						add(m.Logits(tokens[:4], 4))
 						add(m.Logits(tokens[:8], 4))
+						add(m.Logits(long, 4))
 						s, err := m.NewSession(32, 4)
 						require.NoError(t, err)
 						defer s.Close()
@@ -460,6 +549,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 				t.Logf("max |triton - dot| / max |dot| over the logits: %.2g", worst)
 			})
 		}
+		restore()
 	}
 }
 
@@ -479,7 +569,7 @@ func TestTritonFoldModelsMatch(t *testing.T) {
 	tokens := testTokens
 	for _, weights := range []string{"bf16", "fp8 per channel", "fp8 per tensor", "fp8 per channel, fitting tile"} {
 		if weights == "fp8 per channel, fitting tile" {
-			defer hlo.SetFP8Tiles(fittingFP8RowTile, fittingFP8DotTile)()
+			defer setFittingFP8Tiles()()
 		}
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {

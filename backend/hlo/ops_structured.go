@@ -351,7 +351,7 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 		if err != nil {
 			return nil, opError(op, err)
 		}
-		if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, b[0], rhsContractingAxes, rhsBatchAxes, config); ok {
+		if v, ok, err := f.fp8Product(vs[0], lhs, lhsContractingAxes, lhsBatchAxes, b[0], rhsContractingAxes, rhsBatchAxes, config); ok {
 			out, err := f.result(op, v, err)
 			if err == nil {
 				f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
@@ -364,6 +364,23 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	}
 	return out, err
+}
+
+// fp8Product is our kernel for the product of lhs (x, its operand) by FP8 bytes w, as
+// tritonGEMV returns it: of lhs's bytes where package quant's W8A8 layer quantized it
+// (tritonW8A8), else of x's values.
+func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
+	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
+	if bytes := e4m3Bytes(lhs); bytes != nil {
+		b, err := f.operands(bytes)
+		if err != nil {
+			return nil, true, err
+		}
+		if v, ok, err := f.tritonW8A8(b[0], lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config); ok {
+			return v, ok, err
+		}
+	}
+	return f.tritonGEMV(x, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config)
 }
 
 // dotGeneral is DotGeneral of the operands vs: our Triton GEMV where tritonGEMV lowers

@@ -91,6 +91,19 @@ func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stable
 	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
 }
 
+// GEMVFP8 appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] and w [n,
+// k] both uint8 (FP8 E4M3FN bytes, read as their values): GEMVFP8TTIR's kernel of tile
+// t, one program per t.BN rows of w.
+func (kn Kernels) GEMVFP8(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
+	xs, ws := x.Shape(), w.Shape()
+	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.Uint8 || ws.DType != dtypes.Uint8 || xs.Dimensions[1] != ws.Dimensions[1] {
+		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] and w [n, k] uint8", xs, ws)
+	}
+	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
+	ir, err := GEMVFP8TTIR(m, n, k, t, out)
+	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+}
+
 // callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
 // its output y [m, n]; err, from writing ir, is returned as it is.
 func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {

@@ -20,31 +20,39 @@ const MaxAccumulators = 64
 // Tile is how the GEMV splits its work: each program computes BN outputs of every row,
 // in K steps of BK; Stages > 1 pipelines the loads of the K loop that many steps deep.
 // Dot multiplies each step's x and W tiles on the tensor cores (tt.dot, x padded to
-// DotRows rows) instead of into one accumulator per row of x.
+// DotRows rows, or BM where set: a power of two of at least DotRows, for more rows)
+// instead of into one accumulator per row of x.
 type Tile struct {
-	BN, BK, Stages int
-	Dot            bool
+	BM, BN, BK, Stages int
+	Dot                bool
 }
 
 // DotRows is the rows of x a Dot tile's kernel multiplies, the smallest side tt.dot
 // takes: rows past x's repeat its last one and are not stored.
 const DotRows = 16
 
-// String writes t as "8x512/s3", a Dot tile as "dot32x128/s3".
+// String writes t as "8x512/s3", a Dot tile as "dot32x128/s3", one with BM as
+// "dot64x32x128/s3".
 func (t Tile) String() string {
 	prefix := ""
-	if t.Dot {
+	switch {
+	case t.Dot && t.BM > 0:
+		prefix = fmt.Sprintf("dot%dx", t.BM)
+	case t.Dot:
 		prefix = "dot"
 	}
 	return fmt.Sprintf("%s%dx%d/s%d", prefix, t.BN, t.BK, t.Stages)
 }
 
+// dotRows is the rows of x a Dot tile's kernel multiplies: BM, or DotRows without it.
+func (t Tile) dotRows() int { return max(t.BM, DotRows) }
+
 // Accumulators is how many float32 accumulators each thread holds at m rows, spread
 // over the program's 32 × Warps threads: one [BN, BK] accumulator per row, or a Dot
-// tile's one [DotRows, BN] for all rows.
+// tile's one [dotRows, BN] for all its rows.
 func (t Tile) Accumulators(m int) int {
 	if t.Dot {
-		return DotRows * t.BN / (32 * Warps)
+		return t.dotRows() * t.BN / (32 * Warps)
 	}
 	return m * t.BN * t.BK / (32 * Warps)
 }
@@ -52,8 +60,9 @@ func (t Tile) Accumulators(m int) int {
 // CheckGEMV says why GEMVTTIR cannot write the kernel of m rows, W [n, k], tile t and
 // output dtype out, or returns nil: the tile's sides must be powers of two (Triton's
 // tensors) dividing n and k, it must fit MaxAccumulators at m rows, the offsets must fit
-// int32, and out must be bfloat16 or float32. A Dot tile also needs m ≤ DotRows and
-// sides of at least 16 (tt.dot's smallest).
+// int32, and out must be bfloat16 or float32. A Dot tile also needs sides of at least
+// 16 (tt.dot's smallest) and m ≤ DotRows, or ≤ BM where set; BM is a Dot tile's only, a
+// power of two of at least DotRows.
 func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	var errs []error
 	if m < 1 || n < 1 || k < 1 {
@@ -64,8 +73,11 @@ func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	} else if n%t.BN != 0 || k%t.BK != 0 {
 		errs = append(errs, fmt.Errorf("tile %v does not divide W [%d, %d]", t, n, k))
 	}
-	if t.Dot && (m > DotRows || t.BN < 16 || t.BK < 16) {
-		errs = append(errs, fmt.Errorf("tile %v at %d rows: a Dot tile needs at most %d rows and sides of at least 16", t, m, DotRows))
+	if t.Dot && (m > t.dotRows() || t.BN < 16 || t.BK < 16) {
+		errs = append(errs, fmt.Errorf("tile %v at %d rows: a Dot tile needs at most %d rows and sides of at least 16", t, m, t.dotRows()))
+	}
+	if t.BM != 0 && (!t.Dot || !isPowerOfTwo(t.BM) || t.BM < DotRows) {
+		errs = append(errs, fmt.Errorf("tile %v: BM must be a power of two of at least %d, of a Dot tile", t, DotRows))
 	}
 	if a := t.Accumulators(m); a > MaxAccumulators {
 		errs = append(errs, fmt.Errorf("tile %v at %d rows holds %d accumulators per thread, over %d", t, m, a, MaxAccumulators))
@@ -136,7 +148,7 @@ func GEMVTTIR(m, n, k int, t Tile, w, out dtypes.DType) (string, error) {
 	case w != dtypes.BFloat16 && w != dtypes.Uint8:
 		return "", fmt.Errorf("triton: GEMV: W of %s: only bfloat16, or uint8 holding FP8 E4M3FN bytes", w)
 	case t.Dot:
-		return dotTTIR(m, n, k, t, w, out), nil
+		return dotTTIR(m, n, k, t, dtypes.BFloat16, w, out), nil
 	}
 	return rowsTTIR(m, n, k, t, Weight{FP8: w == dtypes.Uint8}, out, false), nil
 }
@@ -378,12 +390,13 @@ func (t Tile) loopAttr() string {
 	return ""
 }
 
-// dotTTIR is GEMVTTIR's kernel for a Dot tile: each K step loads x's [DotRows, BK] tile
-// (rows past m-1 read row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a
-// transposed operand; FP8 bytes converted to bfloat16 through float16 and float32,
-// exactly) and accumulates their tt.dot into one [DotRows, BN] float32 accumulator; the
-// rows below m are stored, rounded for a bfloat16 y.
-func dotTTIR(m, n, k int, t Tile, w, out dtypes.DType) string {
+// dotTTIR is GEMVTTIR's kernel for a Dot tile, of x's dtype x (GEMVFP8TTIR's for FP8
+// bytes): each K step loads x's [R, BK] tile (R the tile's dotRows; rows past m-1 read
+// row m-1) and Wᵀ's [BK, BN] tile (W's rows read across, as a transposed operand; FP8
+// bytes by a bfloat16 x converted to bfloat16 through float16 and float32, exactly) and
+// accumulates their tt.dot into one [R, BN] float32 accumulator; the rows below m are
+// stored, rounded for a bfloat16 y.
+func dotTTIR(m, n, k int, t Tile, x, w, out dtypes.DType) string {
 	round, stored := "", "%acc"
 	if out == dtypes.BFloat16 {
 		round, stored = "    %yt = arith.truncf %acc : tensor<$RxBNxf32> to tensor<$RxBNxbf16>\n", "%yt"
@@ -421,7 +434,7 @@ func dotTTIR(m, n, k int, t Tile, w, out dtypes.DType) string {
       %kw = tt.splat %k : i32 -> tensor<$BKx$BNxi32>
       %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<$WT>>, tensor<$BKx$BNxi32>
       %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<$WT>>
-$WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16> -> tensor<$RxBNxf32>
+$WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKx$DT> * tensor<$BKx$BNx$DT> -> tensor<$RxBNxf32>
       scf.yield %d : tensor<$RxBNxf32>
     }$LOOPATTR
 ` + launchMark + `    %Nr = arith.constant dense<$N> : tensor<$Rxi32>
@@ -441,16 +454,45 @@ $WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKxbf16> * tensor<$BKx$BNxbf16>
     tt.return
   }
 }`
-	convert, wb := "", "%wv"
-	if w == dtypes.Uint8 {
+	// x's pointers are the only bfloat16 ones written out (W's are $WT, y's $YT).
+	text = strings.ReplaceAll(text, "!tt.ptr<bf16>", "!tt.ptr<$XT>")
+	convert, wb, dt := "", "%wv", "bf16"
+	switch {
+	case x == dtypes.Uint8:
+		dt = "f8E4M3FN" // FP8 times FP8 on the tensor cores, nothing converted
+	case w == dtypes.Uint8:
 		convert, wb = `      %wh = tt.fp_to_fp %wv : tensor<$BKx$BNxf8E4M3FN> -> tensor<$BKx$BNxf16>
       %wf = arith.extf %wh : tensor<$BKx$BNxf16> to tensor<$BKx$BNxf32>
       %wb = arith.truncf %wf : tensor<$BKx$BNxf32> to tensor<$BKx$BNxbf16>
 `, "%wb"
 	}
-	text = strings.NewReplacer("$WBF16", convert, "$WB", wb).Replace(text)
-	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", DotRows, t.BK), "$RxBN", fmt.Sprintf("%dx%d", DotRows, t.BN),
-		"$Rx", fmt.Sprintf("%dx", DotRows), "$R ", fmt.Sprintf("%d ", DotRows), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
+	text = strings.NewReplacer("$WBF16", convert, "$WB", wb, "$DT", dt).Replace(text)
+	r := t.dotRows()
+	return strings.NewReplacer("$RxBK", fmt.Sprintf("%dx%d", r, t.BK), "$RxBN", fmt.Sprintf("%dx%d", r, t.BN),
+		"$Rx", fmt.Sprintf("%dx", r), "$R ", fmt.Sprintf("%d ", r), "$MLAST", fmt.Sprint(m-1), "$M", fmt.Sprint(m),
 		"$K", fmt.Sprint(k), "$N", fmt.Sprint(n), "$BK", fmt.Sprint(t.BK), "$BN", fmt.Sprint(t.BN),
-		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$YT", elementType(out)).Replace(text)
+		"$LOOPATTR", t.loopAttr(), "$WT", elementType(w), "$XT", elementType(x), "$YT", elementType(out)).Replace(text)
+}
+
+// GEMVFP8TTIR is the kernel @gemm of GEMVTTIR's Dot tile for x [m, k] of FP8 E4M3FN
+// bytes too (package quant's W8A8 layers quantize their input): the bytes of both
+// multiplied on the tensor cores as FP8, nothing converted, into float32 sums.
+func GEMVFP8TTIR(m, n, k int, t Tile, out dtypes.DType) (string, error) {
+	if err := CheckGEMVFP8(m, n, k, t, out); err != nil {
+		return "", err
+	}
+	return dotTTIR(m, n, k, t, dtypes.Uint8, dtypes.Uint8, out), nil
+}
+
+// CheckGEMVFP8 says why GEMVFP8TTIR cannot write the kernel of m rows, W [n, k], tile t
+// and output dtype out, or returns nil: CheckGEMV's reasons, and t must be a Dot tile
+// of K steps of at least 32 (FP8 tt.dot's smallest).
+func CheckGEMVFP8(m, n, k int, t Tile, out dtypes.DType) error {
+	if err := CheckGEMV(m, n, k, t, out); err != nil {
+		return err
+	}
+	if !t.Dot || t.BK < 32 {
+		return fmt.Errorf("triton: GEMV of FP8 x: tile %v: only Dot tiles of K steps of at least 32 (FP8 tt.dot's)", t)
+	}
+	return nil
 }

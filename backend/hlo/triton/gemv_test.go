@@ -106,6 +106,48 @@ func TestDotTile(t *testing.T) {
 	require.Contains(t, f32, "tt.store %yp, %acc, %store : tensor<16x32x!tt.ptr<f32>>")
 }
 
+// A Dot tile with BM multiplies BM rows of x, for up to BM rows: its kernel is the
+// Dot tile's with tensors of BM rows; BM 16 writes the kernel of the tile without it.
+func TestDotTileRows(t *testing.T) {
+	tile := Tile{BM: 32, BN: 32, BK: 128, Stages: 3, Dot: true}
+	require.Equal(t, "dot32x32x128/s3", tile.String())
+	require.Equal(t, 8, tile.Accumulators(20))
+	require.NoError(t, CheckGEMV(20, 2560, 2048, tile, dtypes.BFloat16))
+	for _, c := range []struct {
+		tile Tile
+		want string
+	}{
+		{tile, "at most 32 rows"},
+		{Tile{BN: 32, BK: 128, Stages: 3, Dot: true}, "at most 16 rows"},
+		{Tile{BM: 32, BN: 8, BK: 128, Stages: 3}, "of a Dot tile"},
+		{Tile{BM: 8, BN: 32, BK: 128, Stages: 3, Dot: true}, "at least 16"},
+		{Tile{BM: 48, BN: 32, BK: 128, Stages: 3, Dot: true}, "power of two"},
+		{Tile{BM: 128, BN: 128, BK: 64, Stages: 3, Dot: true}, "accumulators"},
+	} {
+		require.ErrorContains(t, CheckGEMV(40, 2560, 2048, c.tile, dtypes.BFloat16), c.want, "%+v", c)
+	}
+
+	fp8, err := GEMVTTIR(20, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%rm = tt.make_range {end = 32 : i32, start = 0 : i32} : tensor<32xi32>",
+		"%mlast = arith.constant dense<19> : tensor<32xi32>",
+		"%d = tt.dot %xv, %wb, %a : tensor<32x128xbf16> * tensor<128x32xbf16> -> tensor<32x32xf32>",
+		"%mr = arith.constant dense<20> : tensor<32xi32>",
+	} {
+		require.Contains(t, fp8, want)
+	}
+	require.NotContains(t, fp8, "$", "every placeholder replaced")
+
+	plain := Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
+	want, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	plain.BM = DotRows
+	got, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
 // A uint8 W is FP8 E4M3FN bytes: the kernel's W pointer and loads are of f8E4M3FN,
 // each tile converted through float16 to float32 (to bfloat16 for a Dot tile's
 // tt.dot); the rest of the kernel, x's loads included, is the bfloat16 W's. Other W
@@ -142,4 +184,35 @@ func TestGEMVFP8Weight(t *testing.T) {
 	require.NotContains(t, fp8, "$")
 	same = strings.NewReplacer("f8E4M3FN", "bf16", "tt.dot %xv, %wb", "tt.dot %xv, %wv").Replace(withoutLines(fp8, "%wh = ", "%wf = ", "%wb = "))
 	require.Equal(t, bf16, same)
+}
+
+// The FP8 × FP8 kernel reads x's bytes too and multiplies both on the
+// tensor cores as FP8, converting nothing; the rest is the Dot tile's kernel.
+func TestGEMVFP8X(t *testing.T) {
+	tile := Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
+	fp8, err := GEMVFP8TTIR(8, 96, 128, tile, dtypes.BFloat16)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%x: !tt.ptr<f8E4M3FN>",
+		"%xv = tt.load %xp : tensor<16x64x!tt.ptr<f8E4M3FN>>",
+		"%d = tt.dot %xv, %wv, %a : tensor<16x64xf8E4M3FN> * tensor<64x16xf8E4M3FN> -> tensor<16x16xf32>",
+		"%y: !tt.ptr<bf16>",
+	} {
+		require.Contains(t, fp8, want)
+	}
+	require.NotContains(t, fp8, "tt.fp_to_fp")
+	require.NotContains(t, fp8, "$")
+	// With a float32 y, x's pointers are the weight-only kernel's only bfloat16 ones.
+	weightOnly, err := GEMVTTIR(8, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
+	require.NoError(t, err)
+	fp8, err = GEMVFP8TTIR(8, 96, 128, tile, dtypes.Float32)
+	require.NoError(t, err)
+	require.Equal(t, strings.NewReplacer("!tt.ptr<bf16>", "!tt.ptr<f8E4M3FN>",
+		"tt.dot %xv, %wb, %a : tensor<16x64xbf16> * tensor<64x16xbf16>", "tt.dot %xv, %wv, %a : tensor<16x64xf8E4M3FN> * tensor<64x16xf8E4M3FN>").
+		Replace(withoutLines(weightOnly, "%wh = ", "%wf = ", "%wb = ")), fp8)
+
+	_, err = GEMVFP8TTIR(8, 96, 128, Tile{BN: 16, BK: 16, Stages: 1, Dot: true}, dtypes.BFloat16)
+	require.ErrorContains(t, err, "at least 32")
+	_, err = GEMVFP8TTIR(8, 96, 128, Tile{BN: 16, BK: 64, Stages: 1}, dtypes.BFloat16)
+	require.ErrorContains(t, err, "only Dot tiles")
 }
