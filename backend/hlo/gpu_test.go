@@ -386,15 +386,7 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 				if out == dtypes.BFloat16 {
 					tol = 1e-2
 				}
-				g, w := float64s(t, got[i]), float64s(t, want[i])
-				scale, worst := 0.0, 0.0
-				for _, v := range w {
-					scale = max(scale, math.Abs(v))
-				}
-				for j := range w {
-					worst = max(worst, math.Abs(g[j]-w[j])/scale)
-				}
-				require.LessOrEqual(t, worst, tol, "%d rows, %s: max |triton - dot| / max |dot|", m, out)
+				require.LessOrEqual(t, relativeError(t, got[i], want[i]), tol, "%d rows, %s: max |triton - dot| / max |dot|", m, out)
 			}
 		})
 	}
@@ -457,20 +449,28 @@ func TestTritonFP8MatchesDot(t *testing.T) {
 				plain, lowered := tritonBackends(t)
 				got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
 				for i, m := range rows {
-					g, w := float64s(t, got[i]), float64s(t, want[i])
-					scale, worst := 0.0, 0.0
-					for _, v := range w {
-						scale = max(scale, math.Abs(v))
-					}
-					for j := range w {
-						worst = max(worst, math.Abs(g[j]-w[j])/scale)
-					}
+					worst := relativeError(t, got[i], want[i])
 					require.LessOrEqual(t, worst, 1e-4, "%d rows: max |triton - dot| / max |dot|", m)
 					t.Logf("%d rows: max |triton - dot| / max |dot|: %.2g", m, worst)
 				}
 			})
 		}
 	}
+}
+
+// relativeError is max |got - want| / max |want| over two tensors of one shape.
+func relativeError(t *testing.T, got, want *tensors.Tensor) float64 {
+	t.Helper()
+	g, w := float64s(t, got), float64s(t, want)
+	require.Len(t, g, len(w))
+	scale, worst := 0.0, 0.0
+	for _, v := range w {
+		scale = max(scale, math.Abs(v))
+	}
+	for j := range w {
+		worst = max(worst, math.Abs(g[j]-w[j])/scale)
+	}
+	return worst
 }
 
 // randomBF16 is a bf16 tensor of dims, uniform in [-scale, scale).

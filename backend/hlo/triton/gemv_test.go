@@ -70,6 +70,22 @@ func withoutLines(text string, marks ...string) string {
 	return strings.Join(kept, "\n")
 }
 
+// checkCase is a tile that CheckGEMV rejects at m rows of W [2560, 2048] (MiniCPM5-2B's
+// qkv), with what its error says.
+type checkCase struct {
+	m    int
+	tile Tile
+	want string
+}
+
+// requireCheckErrors checks each case's error.
+func requireCheckErrors(t *testing.T, cases []checkCase) {
+	t.Helper()
+	for _, c := range cases {
+		require.ErrorContains(t, CheckGEMV(c.m, 2560, 2048, c.tile, dtypes.BFloat16), c.want, "%+v", c)
+	}
+}
+
 // A Dot tile's kernel multiplies x padded to DotRows rows (rows past m-1 read row m-1)
 // by Wᵀ's tile on the tensor cores and stores only x's rows; it needs tt.dot's sides.
 func TestDotTile(t *testing.T) {
@@ -78,12 +94,11 @@ func TestDotTile(t *testing.T) {
 	require.Equal(t, 4, tile.Accumulators(8))
 	require.NoError(t, CheckGEMV(4, 2560, 2048, tile, dtypes.BFloat16))
 	require.NoError(t, CheckGEMV(16, 2560, 2048, tile, dtypes.Float32))
-	for _, c := range []struct {
-		m    int
-		tile Tile
-	}{{17, tile}, {4, Tile{BN: 8, BK: 128, Stages: 3, Dot: true}}, {4, Tile{BN: 32, BK: 8, Stages: 1, Dot: true}}} {
-		require.ErrorContains(t, CheckGEMV(c.m, 2560, 2048, c.tile, dtypes.BFloat16), "a Dot tile needs", "%+v", c)
-	}
+	requireCheckErrors(t, []checkCase{
+		{17, tile, "a Dot tile needs"},
+		{4, Tile{BN: 8, BK: 128, Stages: 3, Dot: true}, "a Dot tile needs"},
+		{4, Tile{BN: 32, BK: 8, Stages: 1, Dot: true}, "a Dot tile needs"},
+	})
 
 	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
 	require.NoError(t, err)
@@ -113,19 +128,14 @@ func TestDotTileRows(t *testing.T) {
 	require.Equal(t, "dot32x32x128/s3", tile.String())
 	require.Equal(t, 8, tile.Accumulators(20))
 	require.NoError(t, CheckGEMV(20, 2560, 2048, tile, dtypes.BFloat16))
-	for _, c := range []struct {
-		tile Tile
-		want string
-	}{
-		{tile, "at most 32 rows"},
-		{Tile{BN: 32, BK: 128, Stages: 3, Dot: true}, "at most 16 rows"},
-		{Tile{BM: 32, BN: 8, BK: 128, Stages: 3}, "of a Dot tile"},
-		{Tile{BM: 8, BN: 32, BK: 128, Stages: 3, Dot: true}, "at least 16"},
-		{Tile{BM: 48, BN: 32, BK: 128, Stages: 3, Dot: true}, "power of two"},
-		{Tile{BM: 128, BN: 128, BK: 64, Stages: 3, Dot: true}, "accumulators"},
-	} {
-		require.ErrorContains(t, CheckGEMV(40, 2560, 2048, c.tile, dtypes.BFloat16), c.want, "%+v", c)
-	}
+	requireCheckErrors(t, []checkCase{
+		{40, tile, "at most 32 rows"},
+		{40, Tile{BN: 32, BK: 128, Stages: 3, Dot: true}, "at most 16 rows"},
+		{40, Tile{BM: 32, BN: 8, BK: 128, Stages: 3}, "of a Dot tile"},
+		{40, Tile{BM: 8, BN: 32, BK: 128, Stages: 3, Dot: true}, "at least 16"},
+		{40, Tile{BM: 48, BN: 32, BK: 128, Stages: 3, Dot: true}, "power of two"},
+		{40, Tile{BM: 128, BN: 128, BK: 64, Stages: 3, Dot: true}, "accumulators"},
+	})
 
 	fp8, err := GEMVTTIR(20, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
 	require.NoError(t, err)
