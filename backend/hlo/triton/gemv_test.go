@@ -70,6 +70,16 @@ func withoutLines(text string, marks ...string) string {
 	return strings.Join(kept, "\n")
 }
 
+// requireKernel checks that text, a kernel's TTIR, holds every line of wants and is
+// well formed (requireWellFormed).
+func requireKernel(t *testing.T, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		require.Contains(t, text, want)
+	}
+	requireWellFormed(t, text)
+}
+
 // checkCase is a tile that CheckGEMV rejects at m rows of W [2560, 2048] (MiniCPM5-2B's
 // qkv), with what its error says.
 type checkCase struct {
@@ -102,7 +112,7 @@ func TestDotTile(t *testing.T) {
 
 	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
 	require.NoError(t, err)
-	for _, want := range []string{
+	requireKernel(t, bf16,
 		"%mlast = arith.constant dense<3> : tensor<16xi32>",
 		"%xv = tt.load %xp : tensor<16x128x!tt.ptr<bf16>>",
 		"%wv = tt.load %wp : tensor<128x32x!tt.ptr<bf16>>",
@@ -111,10 +121,7 @@ func TestDotTile(t *testing.T) {
 		"%mr = arith.constant dense<4> : tensor<16xi32>",
 		"%yt = arith.truncf %acc : tensor<16x32xf32> to tensor<16x32xbf16>",
 		"tt.store %yp, %yt, %store : tensor<16x32x!tt.ptr<bf16>>",
-	} {
-		require.Contains(t, bf16, want)
-	}
-	require.NotContains(t, bf16, "$", "every placeholder replaced")
+	)
 	f32, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.Float32)
 	require.NoError(t, err)
 	require.NotContains(t, f32, "arith.truncf")
@@ -139,15 +146,12 @@ func TestDotTileRows(t *testing.T) {
 
 	fp8, err := GEMVTTIR(20, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
 	require.NoError(t, err)
-	for _, want := range []string{
+	requireKernel(t, fp8,
 		"%rm = tt.make_range {end = 32 : i32, start = 0 : i32} : tensor<32xi32>",
 		"%mlast = arith.constant dense<19> : tensor<32xi32>",
 		"%d = tt.dot %xv, %wb, %a : tensor<32x128xbf16> * tensor<128x32xbf16> -> tensor<32x32xf32>",
 		"%mr = arith.constant dense<20> : tensor<32xi32>",
-	} {
-		require.Contains(t, fp8, want)
-	}
-	require.NotContains(t, fp8, "$", "every placeholder replaced")
+	)
 
 	plain := Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
 	want, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
@@ -168,12 +172,13 @@ func TestGEMVFP8Weight(t *testing.T) {
 	require.NoError(t, err)
 	fp8, err := GEMVTTIR(2, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
 	require.NoError(t, err)
-	require.Contains(t, fp8, "%w: !tt.ptr<f8E4M3FN>")
-	require.Contains(t, fp8, "%wv = tt.load %wp : tensor<8x64x!tt.ptr<f8E4M3FN>>")
-	require.Contains(t, fp8, "%wh = tt.fp_to_fp %wv : tensor<8x64xf8E4M3FN> -> tensor<8x64xf16>")
-	require.Contains(t, fp8, "%wf = arith.extf %wh : tensor<8x64xf16> to tensor<8x64xf32>")
-	require.Contains(t, fp8, "%xv1 = tt.load %xk1 : tensor<64x!tt.ptr<bf16>>")
-	require.NotContains(t, fp8, "$")
+	requireKernel(t, fp8,
+		"%w: !tt.ptr<f8E4M3FN>",
+		"%wv = tt.load %wp : tensor<8x64x!tt.ptr<f8E4M3FN>>",
+		"%wh = tt.fp_to_fp %wv : tensor<8x64xf8E4M3FN> -> tensor<8x64xf16>",
+		"%wf = arith.extf %wh : tensor<8x64xf16> to tensor<8x64xf32>",
+		"%xv1 = tt.load %xk1 : tensor<64x!tt.ptr<bf16>>",
+	)
 
 	same := strings.NewReplacer("f8E4M3FN", "bf16", "%wf = arith.extf %wh : tensor<8x64xf16>", "%wf = arith.extf %wv : tensor<8x64xbf16>").
 		Replace(withoutLines(fp8, "tt.fp_to_fp"))
@@ -188,10 +193,11 @@ func TestGEMVFP8Weight(t *testing.T) {
 	require.NoError(t, err)
 	fp8, err = GEMVTTIR(8, 96, 128, dot, dtypes.Uint8, dtypes.Float32)
 	require.NoError(t, err)
-	require.Contains(t, fp8, "%wv = tt.load %wp : tensor<64x16x!tt.ptr<f8E4M3FN>>")
-	require.Contains(t, fp8, "%wb = arith.truncf %wf : tensor<64x16xf32> to tensor<64x16xbf16>")
-	require.Contains(t, fp8, "%d = tt.dot %xv, %wb, %a")
-	require.NotContains(t, fp8, "$")
+	requireKernel(t, fp8,
+		"%wv = tt.load %wp : tensor<64x16x!tt.ptr<f8E4M3FN>>",
+		"%wb = arith.truncf %wf : tensor<64x16xf32> to tensor<64x16xbf16>",
+		"%d = tt.dot %xv, %wb, %a",
+	)
 	same = strings.NewReplacer("f8E4M3FN", "bf16", "tt.dot %xv, %wb", "tt.dot %xv, %wv").Replace(withoutLines(fp8, "%wh = ", "%wf = ", "%wb = "))
 	require.Equal(t, bf16, same)
 }
@@ -202,16 +208,13 @@ func TestGEMVFP8X(t *testing.T) {
 	tile := Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
 	fp8, err := GEMVFP8TTIR(8, 96, 128, tile, dtypes.BFloat16)
 	require.NoError(t, err)
-	for _, want := range []string{
+	requireKernel(t, fp8,
 		"%x: !tt.ptr<f8E4M3FN>",
 		"%xv = tt.load %xp : tensor<16x64x!tt.ptr<f8E4M3FN>>",
 		"%d = tt.dot %xv, %wv, %a : tensor<16x64xf8E4M3FN> * tensor<64x16xf8E4M3FN> -> tensor<16x16xf32>",
 		"%y: !tt.ptr<bf16>",
-	} {
-		require.Contains(t, fp8, want)
-	}
+	)
 	require.NotContains(t, fp8, "tt.fp_to_fp")
-	require.NotContains(t, fp8, "$")
 	// With a float32 y, x's pointers are the weight-only kernel's only bfloat16 ones.
 	weightOnly, err := GEMVTTIR(8, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
 	require.NoError(t, err)
