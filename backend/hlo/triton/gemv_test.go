@@ -36,10 +36,8 @@ func TestCheckGEMV(t *testing.T) {
 // the kernel is the same.
 func TestGEMVOutputDTypes(t *testing.T) {
 	tile := Tile{BN: 8, BK: 64, Stages: 3}
-	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.BFloat16)
-	require.NoError(t, err)
-	f32, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
-	require.NoError(t, err)
+	bf16 := mustGEMV(t, 2, 96, 128, tile, dtypes.BFloat16, dtypes.BFloat16)
+	f32 := mustGEMV(t, 2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
 
 	require.Equal(t, 2, strings.Count(bf16, "arith.truncf"))
 	require.Contains(t, bf16, "%y: !tt.ptr<bf16>")
@@ -68,6 +66,14 @@ func withoutLines(text string, marks ...string) string {
 		}
 	}
 	return strings.Join(kept, "\n")
+}
+
+// mustGEMV is GEMVTTIR's kernel, which must be written.
+func mustGEMV(t *testing.T, m, n, k int, tile Tile, w, out dtypes.DType) string {
+	t.Helper()
+	text, err := GEMVTTIR(m, n, k, tile, w, out)
+	require.NoError(t, err)
+	return text
 }
 
 // requireKernel checks that text, a kernel's TTIR, holds every line of wants and is
@@ -110,8 +116,7 @@ func TestDotTile(t *testing.T) {
 		{4, Tile{BN: 32, BK: 8, Stages: 1, Dot: true}, "a Dot tile needs"},
 	})
 
-	bf16, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
-	require.NoError(t, err)
+	bf16 := mustGEMV(t, 4, 2560, 2048, tile, dtypes.BFloat16, dtypes.BFloat16)
 	requireKernel(t, bf16,
 		"%mlast = arith.constant dense<3> : tensor<16xi32>",
 		"%xv = tt.load %xp : tensor<16x128x!tt.ptr<bf16>>",
@@ -122,8 +127,7 @@ func TestDotTile(t *testing.T) {
 		"%yt = arith.truncf %acc : tensor<16x32xf32> to tensor<16x32xbf16>",
 		"tt.store %yp, %yt, %store : tensor<16x32x!tt.ptr<bf16>>",
 	)
-	f32, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.BFloat16, dtypes.Float32)
-	require.NoError(t, err)
+	f32 := mustGEMV(t, 4, 2560, 2048, tile, dtypes.BFloat16, dtypes.Float32)
 	require.NotContains(t, f32, "arith.truncf")
 	require.Contains(t, f32, "tt.store %yp, %acc, %store : tensor<16x32x!tt.ptr<f32>>")
 }
@@ -144,8 +148,7 @@ func TestDotTileRows(t *testing.T) {
 		{40, Tile{BM: 128, BN: 128, BK: 64, Stages: 3, Dot: true}, "accumulators"},
 	})
 
-	fp8, err := GEMVTTIR(20, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
-	require.NoError(t, err)
+	fp8 := mustGEMV(t, 20, 2560, 2048, tile, dtypes.Uint8, dtypes.BFloat16)
 	requireKernel(t, fp8,
 		"%rm = tt.make_range {end = 32 : i32, start = 0 : i32} : tensor<32xi32>",
 		"%mlast = arith.constant dense<19> : tensor<32xi32>",
@@ -154,11 +157,9 @@ func TestDotTileRows(t *testing.T) {
 	)
 
 	plain := Tile{BN: 32, BK: 128, Stages: 3, Dot: true}
-	want, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
-	require.NoError(t, err)
+	want := mustGEMV(t, 8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
 	plain.BM = DotRows
-	got, err := GEMVTTIR(8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
-	require.NoError(t, err)
+	got := mustGEMV(t, 8, 2560, 2048, plain, dtypes.Uint8, dtypes.BFloat16)
 	require.Equal(t, want, got)
 }
 
@@ -168,10 +169,8 @@ func TestDotTileRows(t *testing.T) {
 // dtypes are refused.
 func TestGEMVFP8Weight(t *testing.T) {
 	tile := Tile{BN: 8, BK: 64, Stages: 3}
-	bf16, err := GEMVTTIR(2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
-	require.NoError(t, err)
-	fp8, err := GEMVTTIR(2, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
-	require.NoError(t, err)
+	bf16 := mustGEMV(t, 2, 96, 128, tile, dtypes.BFloat16, dtypes.Float32)
+	fp8 := mustGEMV(t, 2, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
 	requireKernel(t, fp8,
 		"%w: !tt.ptr<f8E4M3FN>",
 		"%wv = tt.load %wp : tensor<8x64x!tt.ptr<f8E4M3FN>>",
@@ -184,15 +183,13 @@ func TestGEMVFP8Weight(t *testing.T) {
 		Replace(withoutLines(fp8, "tt.fp_to_fp"))
 	require.Equal(t, bf16, same)
 
-	_, err = GEMVTTIR(2, 96, 128, tile, dtypes.Float32, dtypes.Float32)
+	_, err := GEMVTTIR(2, 96, 128, tile, dtypes.Float32, dtypes.Float32)
 	require.ErrorContains(t, err, "only bfloat16, or uint8")
 
 	// A Dot tile converts the FP8 tile to bfloat16 for tt.dot, exactly.
 	dot := Tile{BN: 16, BK: 64, Stages: 1, Dot: true}
-	bf16, err = GEMVTTIR(8, 96, 128, dot, dtypes.BFloat16, dtypes.Float32)
-	require.NoError(t, err)
-	fp8, err = GEMVTTIR(8, 96, 128, dot, dtypes.Uint8, dtypes.Float32)
-	require.NoError(t, err)
+	bf16 = mustGEMV(t, 8, 96, 128, dot, dtypes.BFloat16, dtypes.Float32)
+	fp8 = mustGEMV(t, 8, 96, 128, dot, dtypes.Uint8, dtypes.Float32)
 	requireKernel(t, fp8,
 		"%wv = tt.load %wp : tensor<64x16x!tt.ptr<f8E4M3FN>>",
 		"%wb = arith.truncf %wf : tensor<64x16xf32> to tensor<64x16xbf16>",
@@ -216,8 +213,7 @@ func TestGEMVFP8X(t *testing.T) {
 	)
 	require.NotContains(t, fp8, "tt.fp_to_fp")
 	// With a float32 y, x's pointers are the weight-only kernel's only bfloat16 ones.
-	weightOnly, err := GEMVTTIR(8, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
-	require.NoError(t, err)
+	weightOnly := mustGEMV(t, 8, 96, 128, tile, dtypes.Uint8, dtypes.Float32)
 	fp8, err = GEMVFP8TTIR(8, 96, 128, tile, dtypes.Float32)
 	require.NoError(t, err)
 	require.Equal(t, strings.NewReplacer("!tt.ptr<bf16>", "!tt.ptr<f8E4M3FN>",
