@@ -150,61 +150,58 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
 // triton lowers the product (triton=gemv: only where lowersWhereFaster, or for FP8
-// bytes wherever fp8Tile has a tile; triton=gemv-all: always) and it is a dense layer
-// of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8 holding FP8
-// E4M3FN bytes (the weight that e4m3Bytes found decoded), contracting lhs's last axis
-// with rhs's axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to
-// 8 (to maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes), and an
-// output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M, N] result to
-// [..., N]. ok is false, with no op added, for every other product; err is set (with ok
-// true) only if building the lowered product failed.
+// bytes wherever fp8Tile or w8a8Tile has a tile; triton=gemv-all: always) and it is a
+// dense layer of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8
+// holding FP8 E4M3FN bytes (the weight that e4m3Bytes found decoded), or both uint8
+// (a W8A8 layer's input bytes and its weight's), contracting lhs's last axis with rhs's
+// axis 1, no batch axes, M (the product of lhs's other dimensions) from 1 to 8 (to
+// maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes, of w8a8Tile
+// for both), and an output dtype of gemvOutput. lhs is reshaped to [M, K] and the [M,
+// N] result to [..., N]. ok is false, with no op added, for every other product; err
+// is set (with ok true) only if building the lowered product failed.
 func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
 	ls, rs := lhs.Shape(), rhs.Shape()
-	fp8 := rs.DType == dtypes.Uint8
-	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.BFloat16 || (rs.DType != dtypes.BFloat16 && !fp8) {
+	if f.builder.backend.tritonGEMV == gemvNone || len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
+		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
 		return nil, false, nil
 	}
-	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
-	if !ok || (f.builder.backend.tritonGEMV == gemvWhereFaster && !fp8 && !lowersWhereFaster(m, n, k)) {
-		return nil, false, nil
-	}
-	tile := gemvTile
-	if fp8 {
-		tile = fp8Tile
-	}
-	t, ok := tile(m, n, k)
+	out, ok := gemvOutput(config)
 	if !ok {
 		return nil, false, nil
 	}
-	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
-		return f.builder.backend.kernels().GEMV(x, rhs, t, out)
-	})
-	return y, true, err
-}
-
-// tritonW8A8 is tritonGEMV for a product of FP8 bytes by FP8 bytes, lhs [..., K] the
-// input that package quant's W8A8 layer quantized (e4m3Bytes of its decoded value) and
-// rhs [N, K] its weight: GEMVFP8's kernel of w8a8Tile.
-func (f *Function) tritonW8A8(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
-	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
-	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {
-	ls, rs := lhs.Shape(), rhs.Shape()
-	if f.builder.backend.tritonGEMV == gemvNone || ls.DType != dtypes.Uint8 || rs.DType != dtypes.Uint8 {
-		return nil, false, nil
+	rows := ls.Dimensions[:ls.Rank()-1]
+	m, k, n := 1, rs.Dimensions[1], rs.Dimensions[0]
+	for _, d := range rows {
+		m *= d
 	}
-	m, n, k, out, ok := gemvShape(ls, rs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	var t triton.Tile
+	switch {
+	case ls.DType == dtypes.Uint8 && rs.DType == dtypes.Uint8:
+		t, ok = w8a8Tile(m, n, k)
+	case ls.DType != dtypes.BFloat16:
+		return nil, false, nil
+	case rs.DType == dtypes.Uint8:
+		t, ok = fp8Tile(m, n, k)
+	case rs.DType != dtypes.BFloat16 || (f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k)):
+		return nil, false, nil
+	default:
+		t, ok = gemvTile(m, n, k)
+	}
 	if !ok {
 		return nil, false, nil
 	}
-	t, ok := w8a8Tile(m, n, k)
-	if !ok {
-		return nil, false, nil
+	x := lhs
+	if ls.Rank() != 2 {
+		if x, err = stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k)); err != nil {
+			return nil, true, err
+		}
 	}
-	y, err := asRows(lhs, m, k, out, func(x *stablehlo.Value) (*stablehlo.Value, error) {
-		return f.builder.backend.kernels().GEMVFP8(x, rhs, t, out)
-	})
+	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	if err == nil && ls.Rank() != 2 {
+		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
+	}
 	return y, true, err
 }
 
@@ -219,43 +216,4 @@ func w8a8Tile(m, n, k int) (triton.Tile, bool) {
 		return triton.Tile{}, false
 	}
 	return fp8DotTile, true
-}
-
-// gemvShape checks a product for our GEMV kernels: lhs [..., K] and rhs [N, K],
-// contracting lhs's last axis with rhs's axis 1, no batch axes, M (the product of lhs's
-// other dimensions) from 1, and an output dtype of gemvOutput; it returns m, n, k and
-// that dtype.
-func gemvShape(ls, rs xshapes.Shape, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
-	config compute.DotGeneralConfig) (m, n, k int, out dtypes.DType, ok bool) {
-	if len(lhsBatchAxes) != 0 || len(rhsBatchAxes) != 0 || ls.Rank() < 1 || rs.Rank() != 2 ||
-		!slices.Equal(lhsContractingAxes, []int{ls.Rank() - 1}) || !slices.Equal(rhsContractingAxes, []int{1}) {
-		return 0, 0, 0, dtypes.InvalidDType, false
-	}
-	if out, ok = gemvOutput(config); !ok {
-		return 0, 0, 0, dtypes.InvalidDType, false
-	}
-	m, k, n = 1, rs.Dimensions[1], rs.Dimensions[0]
-	for _, d := range ls.Dimensions[:ls.Rank()-1] {
-		m *= d
-	}
-	return m, n, k, out, true
-}
-
-// asRows applies product, which takes x [m, k] to y [m, n] of dtype out, to lhs [..., k]:
-// lhs reshaped to [m, k] and the result to [..., n].
-func asRows(lhs *stablehlo.Value, m, k int, out dtypes.DType, product func(x *stablehlo.Value) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
-	ls := lhs.Shape()
-	if ls.Rank() == 2 {
-		return product(lhs)
-	}
-	x, err := stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k))
-	if err != nil {
-		return nil, err
-	}
-	y, err := product(x)
-	if err != nil {
-		return nil, err
-	}
-	rows := slices.Clone(ls.Dimensions[:ls.Rank()-1])
-	return stablehlo.Reshape(y, xshapes.Make(out, append(rows, y.Shape().Dimensions[1])...))
 }

@@ -367,8 +367,8 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 }
 
 // fp8Product is our kernel for the product of lhs (x, its operand) by FP8 bytes w, as
-// tritonGEMV returns it: of lhs's bytes where package quant's W8A8 layer quantized it
-// (tritonW8A8), else of x's values.
+// tritonGEMV returns it: of lhs's bytes where package quant's W8A8 layer quantized it,
+// else of x's values.
 func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
 	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
 	if bytes := e4m3Bytes(lhs); bytes != nil {
@@ -376,7 +376,7 @@ func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContract
 		if err != nil {
 			return nil, true, err
 		}
-		if v, ok, err := f.tritonW8A8(b[0], lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config); ok {
+		if v, ok, err := f.tritonGEMV(b[0], lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config); ok {
 			return v, ok, err
 		}
 	}

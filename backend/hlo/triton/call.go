@@ -77,30 +77,25 @@ func mlirEscape(s string) string {
 	return strings.NewReplacer(`\`, `\5C`, `"`, `\22`, "\n", `\0A`).Replace(s)
 }
 
-// GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] bfloat16 and
-// w [n, k] bfloat16 or uint8 (FP8 E4M3FN bytes, read as their values): GEMVTTIR's
-// kernel of tile t, one program per t.BN rows of w.
+// GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] bfloat16
+// and w [n, k] bfloat16 or uint8 (FP8 E4M3FN bytes, read as their values), GEMVTTIR's
+// kernel of tile t, or x and w both uint8, GEMVFP8TTIR's: one program per t.BN rows of
+// w.
 func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
-	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.BFloat16 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8) ||
-		xs.Dimensions[1] != ws.Dimensions[1] {
-		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] bfloat16 and w [n, k] bfloat16 or uint8", xs, ws)
+	fp8x := xs.DType == dtypes.Uint8 && ws.DType == dtypes.Uint8
+	if xs.Rank() != 2 || ws.Rank() != 2 || xs.Dimensions[1] != ws.Dimensions[1] ||
+		!fp8x && (xs.DType != dtypes.BFloat16 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8)) {
+		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] bfloat16 and w [n, k] bfloat16 or uint8, or both uint8", xs, ws)
 	}
 	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
-	ir, err := GEMVTTIR(m, n, k, t, ws.DType, out)
-	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
-}
-
-// GEMVFP8 appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] and w [n,
-// k] both uint8 (FP8 E4M3FN bytes, read as their values): GEMVFP8TTIR's kernel of tile
-// t, one program per t.BN rows of w.
-func (kn Kernels) GEMVFP8(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
-	xs, ws := x.Shape(), w.Shape()
-	if xs.Rank() != 2 || ws.Rank() != 2 || xs.DType != dtypes.Uint8 || ws.DType != dtypes.Uint8 || xs.Dimensions[1] != ws.Dimensions[1] {
-		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] and w [n, k] uint8", xs, ws)
+	var ir string
+	var err error
+	if fp8x {
+		ir, err = GEMVFP8TTIR(m, n, k, t, out)
+	} else {
+		ir, err = GEMVTTIR(m, n, k, t, ws.DType, out)
 	}
-	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
-	ir, err := GEMVFP8TTIR(m, n, k, t, out)
 	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
 }
 
