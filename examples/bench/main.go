@@ -62,7 +62,7 @@ var (
 	addedPrefill = flag.Int("added-prefills", 0, "also time device loops of 1 and of 1+N prefills and report the time each added prefill takes (0: not), free of each execution's own cost, as the peer's CUDA-graph prefill timed by CUDA events is; on backends that run loops on the device")
 	prefillAt    = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the timed calls are under runAndWait)")
-	envFlag      = flag.String("env", "", "semicolon-separated environment variants, each space-separated NAME=VALUE settings (or nothing, for the environment as it is): every section runs under each in turn on the one loaded (and quantized) model, its programs recompiled, e.g. \"; BLOCKDIFF_FP8_DOT=f16\" to time a knob the backend reads when it compiles")
+	envFlag      = flag.String("env", "", "semicolon-separated environment variants, each space-separated NAME=VALUE settings (or nothing, for the environment as it is): every section runs under each in turn on the one loaded (and quantized) model, its programs recompiled, e.g. \"; KNOB=1\" to time a setting that an experiment branch's backend reads when it compiles (main's reads none)")
 )
 
 // prefillAttention is -prefill-attention, parsed by main.
