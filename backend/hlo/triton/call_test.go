@@ -37,6 +37,16 @@ func TestGEMVCall(t *testing.T) {
 	require.NoError(t, err)
 	program = requireOneCall(t, fn, y, "-> tensor<3x40xbf16>")
 	require.Contains(t, program, "tt.fp_to_fp", "FP8 bytes are read as their values")
+
+	// x of FP8 bytes too (a W8A8 layer's input): both multiplied as FP8 by a Dot tile.
+	fn, in = inputs(t, "gemv_w8a8", shapes.Make(dtypes.Uint8, 3, 256), shapes.Make(dtypes.Uint8, 80, 256), shapes.Make(dtypes.BFloat16, 80, 256))
+	dot := Tile{BN: 16, BK: 128, Stages: 1, Dot: true}
+	_, err = Kernels{}.GEMV(in[0], in[2], dot, dtypes.Float32)
+	require.ErrorContains(t, err, "or both uint8")
+	y, err = Kernels{}.GEMV(in[0], in[1], dot, dtypes.Float32)
+	require.NoError(t, err)
+	program = requireOneCall(t, fn, y, "-> tensor<3x80xf32>")
+	require.Contains(t, program, "xf8E4M3FN> * tensor<128x16xf8E4M3FN>")
 }
 
 // inputs starts the main function of a program name with inputs of shapes ins.
