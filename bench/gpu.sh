@@ -238,7 +238,7 @@ fp8gemv() {
   local a
   for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits" "-fp8 w8a8"; do
     section "steps: ${a:-bf16}"
-    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+    GOMLX_BACKEND=$(backend_config ours) timeout 170 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
       -capacity 528 $a 2>&1 | grep -E 'device loop|FP8' | grep -v compiled
   done
   for a in "" "-fp8 weight-only"; do

@@ -105,7 +105,7 @@
 // every execution (either decoder), so FP8 layers there are slower than dense ones by
 // far: they save memory, not time. On CUDA, our own XLA backend (backend/hlo, option
 // triton=gemv, what backend.New picks) recognises the table decoder in front of a
-// product of up to 32 rows and reads the bytes themselves, one per weight (a W8A8
+// product of up to 64 rows and reads the bytes themselves, one per weight (a W8A8
 // layer's products of 2 to 8 rows multiply its input's bytes by them on the FP8 tensor
 // cores); larger products, and the bit decoder's, decode the weight in XLA first, which
 // costs more than a bfloat16 weight would. At batch 1 on the H200 (BENCHMARKS.md, "FP8

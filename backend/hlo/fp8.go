@@ -18,7 +18,7 @@ import (
 // table decoder: a Gather from a 256-entry constant of each byte's E4M3FN value in
 // bfloat16, indexed by the bytes). XLA then writes the decoded bfloat16 weight out and
 // reads it back for every product, 5 bytes of traffic a weight instead of the byte the
-// checkpoint holds. With option triton=gemv, a product of up to 32 rows whose weight is
+// checkpoint holds. With option triton=gemv, a product of up to 64 rows whose weight is
 // so decoded runs our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads
 // each as its E4M3FN value; the Gather is then left unused, for XLA to remove. Where
 // the input is a W8A8 layer's, quantized to bytes the same table decodes, a product of

@@ -3,6 +3,7 @@
 package hlo
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/gomlx/compute"
@@ -36,15 +37,16 @@ var (
 const maxFP8RowsTileRows = 4
 
 // maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
-// XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 32
-// rows) took 275 ms with fp8ManyRowsTile against 367 with XLA's; blocks of 64 rows of
+// XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 64
+// rows: 8 rows of 8-token windows) took 275 ms with fp8ManyRowsTile against 367 with XLA's; blocks of 64 rows of
 // one W tile, side by side, lost past 64 rows (fused decoding at batch 64: 766 ms
-// against 661; the 2048-token prefill: 39.9 ms against 24.8). From 33 to 64 rows
-// (fused decoding at batch 16) no tile was timed, so XLA keeps them.
-const maxFP8Rows = 32
+// against 661; the 2048-token prefill: 39.9 ms against 24.8). Run EY: with our tile
+// only up to 32 rows, batch 8 took 371 ms again.
+const maxFP8Rows = 64
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
-// maxFP8Rows, with BM 32: 32 × 256 bytes over 3 stages (the one measured, run EW).
+// maxFP8Rows, its BM their rows rounded up to a power of two: 32 × 256 bytes over 3
+// stages (the one measured, run EW).
 var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
@@ -62,7 +64,7 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		return triton.Tile{}, false
 	case m > triton.DotRows:
 		t = fp8ManyRowsTile
-		t.BM = maxFP8Rows
+		t.BM = 1 << bits.Len(uint(m-1))
 	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
 		return t, true

@@ -84,7 +84,7 @@ func TestGEMVOutput(t *testing.T) {
 }
 
 // FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile and of
-// up to 32 rows fp8ManyRowsTile of 32 rows, where they
+// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, where they
 // divide W (3 stages over MiniCPM5-2B's 2 steps of K, as measured), and gemvTile's up to
 // 4 rows where they do not (the fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
@@ -103,9 +103,10 @@ func TestFP8Tile(t *testing.T) {
 		{8, 192, 64, triton.Tile{}, false},
 		{12, 2560, 2048, fp8DotTile, true},
 		{17, 2560, 2048, many(32), true},
-		{32, 2560, 2048, many(32), true}, // fused decoding at batch 8
-		{24, 2048, 6144, many(32), true},
-		{33, 2560, 2048, triton.Tile{}, false},
+		{32, 2560, 2048, many(32), true}, // denoise steps at batch 8
+		{40, 2048, 6144, many(64), true},
+		{64, 2560, 2048, many(64), true}, // fused steps at batch 8
+		{65, 2560, 2048, triton.Tile{}, false},
 		{32, 192, 64, triton.Tile{}, false},
 	})
 }

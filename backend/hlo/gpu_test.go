@@ -394,15 +394,15 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 
 // FP8 layers (package quant's FP8Linear with its table decoder) at MiniCPM5-2B's shapes
 // give XLA's product of the decoded weight, in float32 (ApplyFloat32) to 1e-4 of the
-// largest output: at 1, 4, 8, 16 and 32 rows, which take the row tile, the Dot tile and
-// the Dot tile of 32 rows on the weight's bytes, weight-only and W8A8 (whose 4
+// largest output: at 1, 4, 8, 32 and 64 rows, which take the row tile, the Dot tile and
+// the Dot tiles of 32 and 64 rows on the weight's bytes, weight-only and W8A8 (whose 4
 // and 8 rows multiply the input's bytes too, FP8 × FP8 on the tensor cores). Both sides
 // multiply exact E4M3 values, whose products float32 holds exactly, and differ only in
 // the order of the float32 sums: sums carried in less than float32 (as FP8 tensor
 // cores can) would fail it. The lowering is checked first, on a build-only backend, so
 // that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
-	rows := []int{1, 4, 8, 16, 32}
+	rows := []int{1, 4, 8, 32, 64}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ k, n int }{{2048, 2560}, {6144, 2048}} {
 		for _, w8a8 := range []bool{false, true} {
