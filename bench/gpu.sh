@@ -29,7 +29,8 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# cores), splitk and splitkbf16 (branch exp-splitk: split-K Dot tiles, FP8 and bf16),
+# explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -245,6 +246,48 @@ fp8gemv() {
     section "decoding: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
+  done
+}
+
+splitk() {
+  # Branch exp-splitk (~6 min): the Dot tiles' K loop split over programs
+  # (BLOCKDIFF_SPLITK: 2, 4, or auto, the fewest that give 264 programs), their float32
+  # partial sums added by a reduction that XLA fuses into the product's consumer. First
+  # the FP8 products at MiniCPM5-2B's shapes against XLA's (TestTritonFP8MatchesDot,
+  # split auto) and the fixture models (fitting tiles, split 2), then the 4- and 8-row
+  # steps with FP8 weights and W8A8 (bench -env: one process, one quantization each).
+  section "split K: FP8 products and fixture models against XLA's"
+  BLOCKDIFF_SPLITK=auto BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TritonFP8MatchesDot' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  BLOCKDIFF_SPLITK=2 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v -test.run 'TritonGEMVModelsMatch/(fp8|w8a8),_fitting' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  splitk_steps <<'EOF'
+-fp8 weight-only|;BLOCKDIFF_SPLITK=2;BLOCKDIFF_SPLITK=4;BLOCKDIFF_SPLITK=auto
+-fp8 w8a8|;BLOCKDIFF_SPLITK=auto
+EOF
+}
+
+splitkbf16() {
+  # Branch exp-splitk (~5 min): bfloat16 products of 2-8 rows on our Dot tile
+  # (BLOCKDIFF_BF16_DOT) instead of XLA's GEMMs, whole and with K split (the way XLA's
+  # own GEMMs reach more SMs): the products at the fixtures' and MiniCPM5-2B's shapes
+  # against XLA's dot (TestTritonGEMVMatchesDot), then the 4- and 8-row steps.
+  section "bf16 Dot tiles, split K: products against XLA's"
+  BLOCKDIFF_SPLITK=auto BLOCKDIFF_BF16_DOT=dot32x256/s3 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
+    -test.run 'TritonGEMVMatchesDot' 2>&1 | grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
+  splitk_steps <<'EOF'
+|;BLOCKDIFF_BF16_DOT=dot32x256/s3;BLOCKDIFF_BF16_DOT=dot32x256/s3 BLOCKDIFF_SPLITK=auto;BLOCKDIFF_BF16_DOT=dot32x512/s3 BLOCKDIFF_SPLITK=auto;BLOCKDIFF_BF16_DOT=dot32x256/s3 BLOCKDIFF_SPLITK=8
+EOF
+}
+
+# splitk_steps times the denoise and fused steps on ours for each line of its input,
+# "FLAGS|ENV": bench's flags, and its -env variants (which may hold spaces).
+splitk_steps() {
+  local flags env
+  while IFS='|' read -r flags env; do
+    section "steps: ${flags:-bf16}, -env \"$env\""
+    GOMLX_BACKEND=$(backend_config ours) timeout 280 .gpu/bin/bench -only steps -steps denoise,fused -iters 20 -capacity 528 \
+      $flags -env "$env" 2>&1 </dev/null | grep -E 'device loop, per|rror|FP8|^env:' | grep -v compiled
   done
 }
 

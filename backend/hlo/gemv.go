@@ -3,7 +3,10 @@
 package hlo
 
 import (
+	"fmt"
+	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -177,6 +180,7 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		m *= d
 	}
 	var t triton.Tile
+	bf16Dot, bf16DotOK := experimentBF16DotTile(m, n, k)
 	switch {
 	case ls.DType == dtypes.Uint8 && rs.DType == dtypes.Uint8:
 		t, ok = w8a8Tile(m, n, k)
@@ -184,7 +188,11 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		return nil, false, nil
 	case rs.DType == dtypes.Uint8:
 		t, ok = fp8Tile(m, n, k)
-	case rs.DType != dtypes.BFloat16 || (f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k)):
+	case rs.DType != dtypes.BFloat16:
+		return nil, false, nil
+	case bf16DotOK:
+		t = bf16Dot
+	case f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k):
 		return nil, false, nil
 	default:
 		t, ok = gemvTile(m, n, k)
@@ -192,13 +200,16 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	if !ok {
 		return nil, false, nil
 	}
+	t = experimentSplit(t, m, n, k)
 	x := lhs
 	if ls.Rank() != 2 {
 		if x, err = stablehlo.Reshape(lhs, xshapes.Make(ls.DType, m, k)); err != nil {
 			return nil, true, err
 		}
 	}
-	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	y, err := f.splitProduct(t, out, func(out dtypes.DType) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	})
 	if err == nil && ls.Rank() != 2 {
 		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
 	}
@@ -216,4 +227,74 @@ func w8a8Tile(m, n, k int) (triton.Tile, bool) {
 		return triton.Tile{}, false
 	}
 	return fp8DotTile, true
+}
+
+// splitProduct returns y of dtype out from product, a GEMV kernel of tile t: with
+// t.Split, of its float32 partial sums [Split, m, n], added up (a reduction that XLA
+// fuses into y's consumer) and converted to out.
+func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(out dtypes.DType) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
+	if t.Split <= 1 {
+		return product(out)
+	}
+	partials, err := product(dtypes.Float32)
+	if err != nil {
+		return nil, err
+	}
+	zero, err := f.scalar(dtypes.Float32, 0)
+	if err != nil {
+		return nil, err
+	}
+	add, err := f.combiner(dtypes.Float32, stablehlo.Add)
+	if err != nil {
+		return nil, err
+	}
+	y, err := stablehlo.Reduce(partials, zero, add, 0)
+	if err != nil || out == dtypes.Float32 {
+		return y, err
+	}
+	return stablehlo.Convert(y, out)
+}
+
+// minSplitPrograms is the programs experimentSplit's "auto" asks of a GEMV: two per SM
+// of the H200's 132.
+const minSplitPrograms = 264
+
+// experimentSplit is, in an experiment (branch exp-splitk), t with its K loop split
+// over BLOCKDIFF_SPLITK programs per W tile ("auto": the fewest, a power of two, that
+// give minSplitPrograms), where t is a Dot tile that the split fits; t as it is
+// otherwise.
+func experimentSplit(t triton.Tile, m, n, k int) triton.Tile {
+	spec := os.Getenv("BLOCKDIFF_SPLITK")
+	if !t.Dot || spec == "" {
+		return t
+	}
+	split, err := strconv.Atoi(spec)
+	if spec == "auto" {
+		split, err = 1, nil
+		for n/t.BN*split < minSplitPrograms && k%(t.BK*split*2) == 0 {
+			split *= 2
+		}
+	}
+	s := t
+	s.Split = split
+	if err != nil || split < 2 || triton.CheckGEMV(m, n, k, s, dtypes.Float32) != nil {
+		return t
+	}
+	return s
+}
+
+// experimentBF16DotTile is, in an experiment (branch exp-splitk), the tile that
+// BLOCKDIFF_BF16_DOT names for bfloat16 products of 2 to maxGEMVRows rows, as
+// triton.Tile writes a Dot tile ("dot32x256/s3"), where it divides W; none when it is
+// unset.
+func experimentBF16DotTile(m, n, k int) (triton.Tile, bool) {
+	spec := os.Getenv("BLOCKDIFF_BF16_DOT")
+	t := triton.Tile{Dot: true}
+	if spec == "" || m < 2 || m > maxGEMVRows {
+		return t, false
+	}
+	if _, err := fmt.Sscanf(spec, "dot%dx%d/s%d", &t.BN, &t.BK, &t.Stages); err != nil {
+		return t, false
+	}
+	return t, triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil
 }

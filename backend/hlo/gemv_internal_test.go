@@ -120,3 +120,30 @@ func TestW8A8Tile(t *testing.T) {
 		{4, 192, 64, triton.Tile{}, false},
 	})
 }
+
+// The experiment's split K loop: none unless BLOCKDIFF_SPLITK asks; "auto" doubles the
+// split until the programs reach minSplitPrograms or K stops dividing; only Dot tiles.
+func TestExperimentSplit(t *testing.T) {
+	require.Zero(t, experimentSplit(fp8DotTile, 4, 2560, 2048).Split)
+	t.Setenv("BLOCKDIFF_SPLITK", "auto")
+	require.Equal(t, 4, experimentSplit(fp8DotTile, 4, 2560, 2048).Split) // qkv: 80 W tiles
+	require.Equal(t, 4, experimentSplit(fp8DotTile, 4, 2048, 6144).Split) // down: 64, K 12 steps
+	require.Zero(t, experimentSplit(fp8DotTile, 4, 12288, 2048).Split)    // gate/up: 384 already
+	require.Zero(t, experimentSplit(fp8RowTile, 1, 2560, 2048).Split)     // not a Dot tile
+	t.Setenv("BLOCKDIFF_SPLITK", "2")
+	require.Equal(t, 2, experimentSplit(fp8DotTile, 4, 12288, 2048).Split)
+	require.Zero(t, experimentSplit(fp8DotTile, 4, 2560, 512).Split) // K of one step
+}
+
+// The experiment's bf16 Dot tile: BLOCKDIFF_BF16_DOT's, for 2 to 8 rows where it fits.
+func TestExperimentBF16DotTile(t *testing.T) {
+	_, ok := experimentBF16DotTile(4, 2560, 2048)
+	require.False(t, ok)
+	t.Setenv("BLOCKDIFF_BF16_DOT", "dot32x256/s3")
+	requireTiles(t, experimentBF16DotTile, []tileCase{
+		{4, 2560, 2048, triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}, true},
+		{1, 2560, 2048, triton.Tile{}, false},
+		{9, 2560, 2048, triton.Tile{}, false},
+		{4, 192, 64, triton.Tile{}, false},
+	})
+}
