@@ -240,7 +240,7 @@ func TestDotTileSplit(t *testing.T) {
 
 	text, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.Uint8, dtypes.Float32)
 	require.NoError(t, err)
-	for _, want := range []string{
+	requireKernel(t, text,
 		"%pidk = arith.remsi %pid, %cS : i32",
 		"%n0 = arith.muli %pidn, %cBN : i32",
 		"%cKS = arith.constant 512 : i32",
@@ -248,11 +248,8 @@ func TestDotTileSplit(t *testing.T) {
 		"%cMN = arith.constant 10240 : i32",
 		"%ys = tt.addptr %y, %ys0 : !tt.ptr<f32>, i32",
 		"%ybase = tt.splat %ys : !tt.ptr<f32>",
-	} {
-		require.Contains(t, text, want)
-	}
-	require.NotContains(t, text, "$", "every placeholder replaced")
+	)
 	fp8, err := GEMVFP8TTIR(4, 2560, 2048, tile, dtypes.Float32)
 	require.NoError(t, err)
-	require.Contains(t, fp8, "scf.for %k = %kb to %ke step %cBK")
+	requireKernel(t, fp8, "scf.for %k = %kb to %ke step %cBK")
 }
