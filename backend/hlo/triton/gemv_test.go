@@ -238,9 +238,7 @@ func TestDotTileSplit(t *testing.T) {
 	require.ErrorContains(t, CheckGEMV(4, 2560, 1536, tile, dtypes.Float32), "multiple of BK × Split")
 	require.ErrorContains(t, CheckGEMV(1, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 3, Split: 2}, dtypes.Float32), "needs a Dot tile")
 
-	text, err := GEMVTTIR(4, 2560, 2048, tile, dtypes.Uint8, dtypes.Float32)
-	require.NoError(t, err)
-	requireKernel(t, text,
+	requireKernel(t, mustGEMV(t, 4, 2560, 2048, tile, dtypes.Uint8, dtypes.Float32),
 		"%pidk = arith.remsi %pid, %cS : i32",
 		"%n0 = arith.muli %pidn, %cBN : i32",
 		"%cKS = arith.constant 512 : i32",
