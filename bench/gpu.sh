@@ -29,7 +29,7 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# cores, split K loops), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -226,9 +226,9 @@ fp8() {
 }
 
 fp8gemv() {
-  # FP8 weights on ours (runs EN-EW, ~9 min): hlo's GPU tests of our kernels and folds on
-  # FP8 bytes against XLA's product of the decoded weight (W8A8 layers' FP8 × FP8
-  # products too); the batch-1 steps in bf16, with FP8 weights that our kernels read up
+  # FP8 weights on ours (runs EN-FA, ~10 min): hlo's GPU tests of our kernels and folds
+  # on FP8 bytes against XLA's product of the decoded weight (W8A8 layers' FP8 × FP8
+  # products too, their K loops split); the batch-1 steps in bf16, with FP8 weights that our kernels read up
   # to 64 rows (quant's table decoder, -fp8-decoder lut, the default), with FP8 weights
   # that XLA decodes (-fp8-decoder bits, which the backend does not recognise) and W8A8;
   # then fused decoding at batch 1 and 8, bf16 and FP8.

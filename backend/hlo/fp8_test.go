@@ -193,3 +193,23 @@ func TestTritonNormFP8InModels(t *testing.T) {
 		require.Equal(t, want, tritonCallsWith(text, "%w: !tt.ptr<f8E4M3FN>"), "batch %d: our GEMVs on the bytes", batch)
 	})
 }
+
+// FP8 products of 2 to 16 rows split their K loop (splitK): with tiles the fixtures
+// fit, a 4-row window's FP8 layers, whose K holds two of the tile's steps (qkv, o and
+// gate/up at K 64; down too where its K is 192), run split programs, whose partial
+// sums a reduction adds.
+func TestSplitKInModels(t *testing.T) {
+	defer setFittingFP8Tiles()()
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 1, 4, true, quantize)
+			split := tritonCallsWith(text, "%pidk = arith.remsi")
+			require.GreaterOrEqual(t, split, 3*layers, "split products")
+			require.LessOrEqual(t, split, 4*layers, "split products")
+			require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
+		})
+	}
+}

@@ -52,9 +52,9 @@ var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
 // out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
-// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile, each where it divides W (as
-// measured: pipelined over its stages even where the K loop is shorter), else with
-// gemvTile's up to maxFP8RowsTileRows.
+// fp8DotTile (its K loop split, splitK), up to maxFP8Rows with fp8ManyRowsTile, each
+// where it divides W (as measured: pipelined over its stages even where the K loop is
+// shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
 	t := fp8DotTile
 	switch {
@@ -67,6 +67,9 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		t.BM = 1 << bits.Len(uint(m-1))
 	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
+		if m > 1 && m <= triton.DotRows {
+			t = splitK(t, m, n, k)
+		}
 		return t, true
 	}
 	if m <= maxFP8RowsTileRows {
@@ -200,7 +203,9 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 			return nil, true, err
 		}
 	}
-	y, err := f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	y, err := f.splitProduct(t, out, func(out dtypes.DType) (*stablehlo.Value, error) {
+		return f.builder.backend.kernels().GEMV(x, rhs, t, out)
+	})
 	if err == nil && ls.Rank() != 2 {
 		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
 	}
@@ -208,14 +213,65 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 }
 
 // w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
-// the tensor cores as FP8: fp8DotTile from 2 to maxGEMVRows rows, where it divides W.
-// Run EV, ms per added step: the denoise and fused steps took 2.105 and 2.107 so, 2.32
-// and 2.30 with the weight-only kernels on the decoded input (2.14 and 2.16 with FP8
-// weight-only layers); Dot tiles of 64 rows (a warpgroup's wgmma) lost, 3.7 to 4.9.
-// Other products take the weight-only kernels, at one row the row tile's.
+// the tensor cores as FP8: fp8DotTile from 2 to maxGEMVRows rows, its K loop split
+// (splitK), where it divides W. Run EV, ms per added step, unsplit: the denoise and
+// fused steps took 2.105 and 2.107 so, 2.32 and 2.30 with the weight-only kernels on
+// the decoded input (2.14 and 2.16 with FP8 weight-only layers); Dot tiles of 64 rows
+// (a warpgroup's wgmma) lost, 3.7 to 4.9. Other products take the weight-only kernels,
+// at one row the row tile's.
 func w8a8Tile(m, n, k int) (triton.Tile, bool) {
 	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, fp8DotTile, dtypes.Float32) != nil {
 		return triton.Tile{}, false
 	}
-	return fp8DotTile, true
+	return splitK(fp8DotTile, m, n, k), true
+}
+
+// splitProduct returns y of dtype out from product, a GEMV kernel of tile t: with
+// t.Split, of its float32 partial sums [Split, m, n], added up (a reduction that XLA
+// fuses into y's consumer) and converted to out.
+func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(out dtypes.DType) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
+	if t.Split <= 1 {
+		return product(out)
+	}
+	partials, err := product(dtypes.Float32)
+	if err != nil {
+		return nil, err
+	}
+	zero, err := f.scalar(dtypes.Float32, 0)
+	if err != nil {
+		return nil, err
+	}
+	add, err := f.combiner(dtypes.Float32, stablehlo.Add)
+	if err != nil {
+		return nil, err
+	}
+	y, err := stablehlo.Reduce(partials, zero, add, 0)
+	if err != nil || out == dtypes.Float32 {
+		return y, err
+	}
+	return stablehlo.Convert(y, out)
+}
+
+// minSplitPrograms is the programs splitK asks of a GEMV: two per SM of the H200's 132.
+const minSplitPrograms = 264
+
+// splitK returns Dot tile t with its K loop split over the fewest programs per W tile,
+// a power of two, that give minSplitPrograms in all, as far as K divides (each program
+// sums K/Split of it into float32 partial sums that splitProduct adds up); t itself
+// where W [n, k] has as many tiles already or K does not divide. FP8 weights of 2 to
+// DotRows rows are read so, whose few W tiles (64 to 80 at MiniCPM5-2B's qkv, o and
+// down) leave most of the SMs idle otherwise. Run EZ, ms per added step: the denoise /
+// fused steps with FP8 weights 1.908 / 1.884 against 2.255 / 2.143 unsplit, W8A8 (run
+// FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same run: 1.988 / 2.054.
+func splitK(t triton.Tile, m, n, k int) triton.Tile {
+	split := 1
+	for n/t.BN*split < minSplitPrograms && k%(t.BK*split*2) == 0 {
+		split *= 2
+	}
+	s := t
+	s.Split = split
+	if split < 2 || triton.CheckGEMV(m, n, k, s, dtypes.Float32) != nil {
+		return t
+	}
+	return s
 }

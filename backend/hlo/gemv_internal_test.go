@@ -83,25 +83,32 @@ func TestGEMVOutput(t *testing.T) {
 	}
 }
 
-// FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile and of
-// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, where they
-// divide W (3 stages over MiniCPM5-2B's 2 steps of K, as measured), and gemvTile's up to
-// 4 rows where they do not (the fixtures' small weights); none past that.
+// FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile (its K
+// loop split, as splitK does) and of up to 64 rows fp8ManyRowsTile of their rows
+// rounded up to a power of two, where they divide W (3 stages over MiniCPM5-2B's 2
+// steps of K, as measured), and gemvTile's up to 4 rows where they do not (the
+// fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
 	many := func(rows int) triton.Tile {
 		t := fp8ManyRowsTile
 		t.BM = rows
 		return t
 	}
+	split := func(n int) triton.Tile {
+		t := fp8DotTile
+		t.Split = n
+		return t
+	}
 	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
-		{2, 2560, 2048, fp8DotTile, true},
-		{4, 2048, 6144, fp8DotTile, true},                         // its down, denoise step
-		{8, 2560, 2048, fp8DotTile, true},                         // its qkv, fused step
+		{2, 2560, 2048, split(4), true},
+		{4, 2048, 6144, split(4), true},                           // its down, denoise step
+		{8, 2560, 2048, split(4), true},                           // its qkv, fused step
+		{8, 12288, 2048, fp8DotTile, true},                        // its gate/up: 384 W tiles
 		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true}, // the fixtures'
 		{8, 192, 64, triton.Tile{}, false},
-		{12, 2560, 2048, fp8DotTile, true},
+		{12, 2560, 2048, split(4), true},
 		{17, 2560, 2048, many(32), true},
 		{32, 2560, 2048, many(32), true}, // denoise steps at batch 8
 		{40, 2048, 6144, many(64), true},
@@ -111,13 +118,35 @@ func TestFP8Tile(t *testing.T) {
 	})
 }
 
-// W8A8 products of 2 to 8 rows take fp8DotTile where it divides W; none otherwise.
+// W8A8 products of 2 to 8 rows take fp8DotTile, its K loop split, where it divides W;
+// none otherwise.
 func TestW8A8Tile(t *testing.T) {
+	split4 := fp8DotTile
+	split4.Split = 4
 	requireTiles(t, w8a8Tile, []tileCase{
 		{1, 2560, 2048, triton.Tile{}, false},
-		{2, 2560, 2048, fp8DotTile, true},
-		{8, 2048, 6144, fp8DotTile, true},
+		{2, 2560, 2048, split4, true},
+		{8, 2048, 6144, split4, true},
+		{8, 12288, 2048, fp8DotTile, true},
 		{9, 2560, 2048, triton.Tile{}, false},
 		{4, 192, 64, triton.Tile{}, false},
+	})
+}
+
+// splitK doubles a Dot tile's split until W's tiles times it reach minSplitPrograms or
+// K stops dividing; none where W has as many tiles already or K is one step.
+func TestSplitK(t *testing.T) {
+	split := func(n int) triton.Tile {
+		t := fp8DotTile
+		t.Split = n
+		return t
+	}
+	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(fp8DotTile, m, n, k), true }, []tileCase{
+		{4, 2560, 2048, split(4), true},    // MiniCPM5-2B's qkv: 80 W tiles
+		{4, 2048, 2048, split(4), true},    // o: 64, 256 programs, K of 4 steps
+		{4, 2048, 6144, split(4), true},    // down: 64, K of 12 steps
+		{4, 12288, 2048, fp8DotTile, true}, // gate/up: 384 already
+		{4, 2560, 512, fp8DotTile, true},   // K of one step
+		{8, 2560, 3072, split(2), true},    // K of 6 steps: halves, not quarters
 	})
 }

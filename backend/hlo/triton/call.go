@@ -80,7 +80,7 @@ func mlirEscape(s string) string {
 // GEMV appends y [m, n] = x·wᵀ of dtype out to x's function, for x [m, k] bfloat16
 // and w [n, k] bfloat16 or uint8 (FP8 E4M3FN bytes, read as their values), GEMVTTIR's
 // kernel of tile t, or x and w both uint8, GEMVFP8TTIR's: one program per t.BN rows of
-// w.
+// w (Tile.Programs); with t.Split, y is the float32 partial sums [Split, m, n].
 func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	fp8x := xs.DType == dtypes.Uint8 && ws.DType == dtypes.Uint8
@@ -96,16 +96,25 @@ func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stable
 	} else {
 		ir, err = GEMVTTIR(m, n, k, t, ws.DType, out)
 	}
-	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, shapes.Make(out, m, n))
+	return kn.callGEMV("gemm", ir, err, t, []*stablehlo.Value{x, w}, t.output(out, m, n))
 }
 
-// callGEMV runs the GEMV kernel name of ir on operands, one program per t.BN columns of
-// its output y [m, n]; err, from writing ir, is returned as it is.
+// output is the shape of a GEMV kernel's y of m rows, W [n, k] and dtype out with tile t:
+// [m, n], or with t.Split its partial sums [Split, m, n].
+func (t Tile) output(out dtypes.DType, m, n int) shapes.Shape {
+	if t.Split > 1 {
+		return shapes.Make(out, t.Split, m, n)
+	}
+	return shapes.Make(out, m, n)
+}
+
+// callGEMV runs the GEMV kernel name of ir on operands, on tile t's grid for its output y
+// (Tile.Programs); err, from writing ir, is returned as it is.
 func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stablehlo.Value, y shapes.Shape) (*stablehlo.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := kn.Call(name, ir, y.Dimensions[1]/t.BN, Warps, t.Stages, operands, y)
+	ys, err := kn.Call(name, ir, t.Programs(y.Dimensions[y.Rank()-1]), Warps, t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}

@@ -22,9 +22,14 @@ const MaxAccumulators = 64
 // Dot multiplies each step's x and W tiles on the tensor cores (tt.dot, x padded to
 // DotRows rows, or BM where set: a power of two of at least DotRows, for more rows)
 // instead of into one accumulator per row of x.
+//
+// A Dot tile's Split > 1 splits the K loop over that many programs per W tile, each
+// storing its float32 partial sums to y [Split, m, n], which the caller adds up
+// (split-K: more programs where W has too few rows to fill the device's SMs).
 type Tile struct {
 	BM, BN, BK, Stages int
 	Dot                bool
+	Split              int
 }
 
 // DotRows is the rows of x a Dot tile's kernel multiplies, the smallest side tt.dot
@@ -41,8 +46,15 @@ func (t Tile) String() string {
 	case t.Dot:
 		prefix = "dot"
 	}
-	return fmt.Sprintf("%s%dx%d/s%d", prefix, t.BN, t.BK, t.Stages)
+	suffix := ""
+	if t.Split > 1 {
+		suffix = fmt.Sprintf("/k%d", t.Split)
+	}
+	return fmt.Sprintf("%s%dx%d/s%d%s", prefix, t.BN, t.BK, t.Stages, suffix)
 }
+
+// Programs is the grid of the GEMV of W [n, k] with tile t: n/BN programs, times Split.
+func (t Tile) Programs(n int) int { return n / t.BN * max(1, t.Split) }
 
 // dotRows is the rows of x a Dot tile's kernel multiplies: BM, or DotRows without it.
 func (t Tile) dotRows() int { return max(t.BM, DotRows) }
@@ -78,6 +90,9 @@ func CheckGEMV(m, n, k int, t Tile, out dtypes.DType) error {
 	}
 	if t.BM != 0 && (!t.Dot || !isPowerOfTwo(t.BM) || t.BM < DotRows) {
 		errs = append(errs, fmt.Errorf("tile %v: BM must be a power of two of at least %d, of a Dot tile", t, DotRows))
+	}
+	if t.Split > 1 && (!t.Dot || t.BK <= 0 || k%(t.BK*t.Split) != 0 || out != dtypes.Float32) {
+		errs = append(errs, fmt.Errorf("tile %v: a split K loop needs a Dot tile, K [%d] a multiple of BK × Split and float32 partial sums", t, k))
 	}
 	if a := t.Accumulators(m); a > MaxAccumulators {
 		errs = append(errs, fmt.Errorf("tile %v at %d rows holds %d accumulators per thread, over %d", t, m, a, MaxAccumulators))
@@ -454,6 +469,24 @@ $WBF16      %d = tt.dot %xv, $WB, %a : tensor<$RxBKx$DT> * tensor<$BKx$BNx$DT> -
     tt.return
   }
 }`
+	if t.Split > 1 {
+		// Program pid sums K steps [pid % Split · K/Split, + K/Split) of W's tile
+		// pid / Split into its own slice of y.
+		text = strings.Replace(text, "    %n0 = arith.muli %pid, %cBN : i32\n", `    %cS = arith.constant $SPLIT : i32
+    %pidk = arith.remsi %pid, %cS : i32
+    %pidn = arith.divsi %pid, %cS : i32
+    %n0 = arith.muli %pidn, %cBN : i32
+    %cKS = arith.constant $KSPLIT : i32
+    %kb = arith.muli %pidk, %cKS : i32
+    %ke = arith.addi %kb, %cKS : i32
+`, 1)
+		text = strings.Replace(text, "scf.for %k = %c0 to %cK step %cBK", "scf.for %k = %kb to %ke step %cBK", 1)
+		text = strings.Replace(text, "    %ybase = tt.splat %y :", `    %cMN = arith.constant $MN : i32
+    %ys0 = arith.muli %pidk, %cMN : i32
+    %ys = tt.addptr %y, %ys0 : !tt.ptr<$YT>, i32
+    %ybase = tt.splat %ys :`, 1)
+		text = strings.NewReplacer("$SPLIT", fmt.Sprint(t.Split), "$KSPLIT", fmt.Sprint(k/t.Split), "$MN", fmt.Sprint(m*n)).Replace(text)
+	}
 	// x's pointers are the only bfloat16 ones written out (W's are $WT, y's $YT).
 	text = strings.ReplaceAll(text, "!tt.ptr<bf16>", "!tt.ptr<$XT>")
 	convert, wb, dt := "", "%wv", "bf16"

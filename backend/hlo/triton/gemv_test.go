@@ -225,3 +225,29 @@ func TestGEMVFP8X(t *testing.T) {
 	_, err = GEMVFP8TTIR(8, 96, 128, Tile{BN: 16, BK: 64, Stages: 1}, dtypes.BFloat16)
 	require.ErrorContains(t, err, "only Dot tiles")
 }
+
+// A Dot tile's split K loop: a Dot tile with Split runs Split
+// programs per W tile, program pid summing K steps from (pid % Split)·K/Split of W's
+// tile pid / Split into float32 partial sums at y + (pid % Split)·m·n.
+func TestDotTileSplit(t *testing.T) {
+	tile := Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Split: 4}
+	require.Equal(t, "dot32x512/s3/k4", tile.String())
+	require.Equal(t, 320, tile.Programs(2560))
+	require.NoError(t, CheckGEMV(4, 2560, 2048, tile, dtypes.Float32))
+	require.ErrorContains(t, CheckGEMV(4, 2560, 2048, tile, dtypes.BFloat16), "float32 partial sums")
+	require.ErrorContains(t, CheckGEMV(4, 2560, 1536, tile, dtypes.Float32), "multiple of BK × Split")
+	require.ErrorContains(t, CheckGEMV(1, 2560, 2048, Tile{BN: 8, BK: 256, Stages: 3, Split: 2}, dtypes.Float32), "needs a Dot tile")
+
+	requireKernel(t, mustGEMV(t, 4, 2560, 2048, tile, dtypes.Uint8, dtypes.Float32),
+		"%pidk = arith.remsi %pid, %cS : i32",
+		"%n0 = arith.muli %pidn, %cBN : i32",
+		"%cKS = arith.constant 512 : i32",
+		"scf.for %k = %kb to %ke step %cBK",
+		"%cMN = arith.constant 10240 : i32",
+		"%ys = tt.addptr %y, %ys0 : !tt.ptr<f32>, i32",
+		"%ybase = tt.splat %ys : !tt.ptr<f32>",
+	)
+	fp8, err := GEMVFP8TTIR(4, 2560, 2048, tile, dtypes.Float32)
+	require.NoError(t, err)
+	requireKernel(t, fp8, "scf.for %k = %kb to %ke step %cBK")
+}
