@@ -22,10 +22,9 @@
 // (fp8.go; W8A8 layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; at 2 to 16
 // rows their K loops split over more programs), and "triton=attention", which runs the
 // attention of bfloat16 decoding windows over their cache as our own split-key Triton
-// kernel and a second one that
-// combines its splits, at every batch size, and "triton=fold", which folds the norms,
-// SwiGLU and residual adds around one-row products, bfloat16 or FP8, into those GEMVs
-// (fold.go), and "triton=pdl", which launches our kernels under programmatic dependent
+// kernel and a second one that combines its splits, at every batch size, and
+// "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
+// products, bfloat16 or FP8, into those GEMVs (fold.go), and "triton=pdl", which launches our kernels under programmatic dependent
 // launch where the device has compute capability 9.0 or later, "triton=rope", which has
 // our attention kernel rotate one-token windows' queries itself (rope.go),
 // "triton=norm", which runs the RMSNorms of several rows, with the residual add before

@@ -38,10 +38,10 @@ const maxFP8RowsTileRows = 4
 
 // maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
 // XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 64
-// rows: 8 rows of 8-token windows) took 275 ms with fp8ManyRowsTile against 367 with XLA's; blocks of 64 rows of
-// one W tile, side by side, lost past 64 rows (fused decoding at batch 64: 766 ms
-// against 661; the 2048-token prefill: 39.9 ms against 24.8). Run EY: with our tile
-// only up to 32 rows, batch 8 took 371 ms again.
+// rows: 8 rows of 8-token windows) took 275 ms with fp8ManyRowsTile against 367 with
+// XLA's; blocks of 64 rows of one W tile, side by side, lost past 64 rows (fused
+// decoding at batch 64: 766 ms against 661; the 2048-token prefill: 39.9 ms against
+// 24.8). Run EY: with our tile only up to 32 rows, batch 8 took 371 ms again.
 const maxFP8Rows = 64
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
