@@ -29,7 +29,7 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -226,21 +226,27 @@ fp8() {
 }
 
 fp8gemv() {
-  # FP8 weights on ours (runs EN-FA, ~10 min): hlo's GPU tests of our kernels and folds
-  # on FP8 bytes against XLA's product of the decoded weight (W8A8 layers' FP8 × FP8
-  # products too, their K loops split); the batch-1 steps in bf16, with FP8 weights that our kernels read up
-  # to 64 rows (quant's table decoder, -fp8-decoder lut, the default), with FP8 weights
-  # that XLA decodes (-fp8-decoder bits, which the backend does not recognise) and W8A8;
-  # then fused decoding at batch 1 and 8, bf16 and FP8.
+  # FP8 weights on ours (runs EN-FB, ~7 min; fp8decode after it, ~2 min): hlo's GPU
+  # tests of our kernels and folds on FP8 bytes against XLA's product of the decoded
+  # weight (W8A8 layers' FP8 × FP8 products too, their K loops split); the batch-1
+  # steps in bf16, with FP8 weights that our kernels read up to 64 rows (quant's table
+  # decoder, -fp8-decoder lut, the default), the same with an FP8 head (-fp8-head; runs
+  # before FC: FP8 weights that XLA decodes, -fp8-decoder bits, which the backend does
+  # not recognise, here) and W8A8.
   section "our GEMV on FP8 bytes and the folds around it against XLA's product of the decoded weight"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 240 .gpu/bin/hlo.test -test.v -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch|TritonFoldModelsMatch|TritonNormModelsMatch' 2>&1 |
     grep -E '^\s*(--- |ok|FAIL|PASS)|Error:|max \|'
   local a
-  for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-decoder bits" "-fp8 w8a8"; do
+  for a in "" "-fp8 weight-only" "-fp8 weight-only -fp8-head" "-fp8 w8a8"; do
     section "steps: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 170 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
       -capacity 528 $a 2>&1 | grep -E 'device loop|FP8' | grep -v compiled
   done
+}
+
+fp8decode() {
+  # Fused decoding at batch 1 and 8 on ours, bf16 and FP8 weight-only (~2 min).
+  local a
   for a in "" "-fp8 weight-only"; do
     section "decoding: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \

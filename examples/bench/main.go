@@ -54,6 +54,7 @@ var (
 	jsonOut      = flag.String("json", "", "also write the results as JSON to this file")
 	fp8          = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
 	decoder      = flag.String("fp8-decoder", "lut", "in-graph FP8 decoder: lut or bits")
+	fp8Head      = flag.Bool("fp8-head", false, "with -fp8, quantize lm_head too (quant.Options.QuantizeHead; by default it stays bfloat16)")
 	prefillCap   = flag.Int("prefill-capacity", 0, "cache slots of the prefill timings (0: as many as prompt tokens; the decoder has prompt + new tokens + a block and a window, rounded up to 128)")
 	prefillIn    = flag.Bool("prefill-inputs", false, "prefill timings take start, write length and the logits' position as program inputs, as the decoder's prefill does, instead of constants")
 	prefillFresh = flag.Bool("prefill-fresh", false, "prefill timings upload their inputs each time (new tensors, as each Generate call has)")
@@ -203,7 +204,7 @@ func loadModel(b compute.Backend) (*model.Model, error) {
 
 // quantize replaces the model's linear layers with FP8 ones, as -fp8 says.
 func quantize(m *model.Model) error {
-	var opts quant.Options
+	opts := quant.Options{QuantizeHead: *fp8Head}
 	switch *decoder {
 	case "lut":
 	case "bits":
@@ -227,6 +228,10 @@ func quantize(m *model.Model) error {
 	if err := quant.QuantizeModel(m, opts); err != nil {
 		return err
 	}
-	log.Printf("FP8 %s (%s decoder): weights %.2f GB", *fp8, *decoder, float64(m.WeightBytes())/1e9)
+	head := "bfloat16 head"
+	if *fp8Head {
+		head = "FP8 head"
+	}
+	log.Printf("FP8 %s (%s decoder, %s): weights %.2f GB", *fp8, *decoder, head, float64(m.WeightBytes())/1e9)
 	return nil
 }
