@@ -29,7 +29,8 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore
+# (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
