@@ -346,31 +346,34 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	if bytes := e4m3Bytes(rhs); bytes != nil {
-		b, err := f.operands(bytes)
-		if err != nil {
-			return nil, opError(op, err)
-		}
-		if v, ok, err := f.fp8Product(vs[0], lhs, lhsContractingAxes, lhsBatchAxes, b[0], rhsContractingAxes, rhsBatchAxes, config); ok {
-			out, err := f.result(op, v, err)
-			if err == nil {
-				f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
-			}
-			return out, err
-		}
+	v, ok, err := f.fp8Product(vs[0], lhs, lhsContractingAxes, lhsBatchAxes, rhs, rhsContractingAxes, rhsBatchAxes, config)
+	var out compute.Value
+	if ok {
+		out, err = f.result(op, v, err)
+	} else {
+		out, err = f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	}
-	out, err := f.dotGeneral(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	if err == nil {
 		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
 	}
 	return out, err
 }
 
-// fp8Product is our kernel for the product of lhs (x, its operand) by FP8 bytes w, as
-// tritonGEMV returns it: of lhs's bytes where package quant's W8A8 layer quantized it,
-// else of x's values.
+// fp8Product is our kernel for the product of lhs (x, its operand) by rhs where rhs is
+// FP8 bytes that package quant's table decodes (e4m3Bytes), as tritonGEMV returns it:
+// of lhs's bytes where package quant's W8A8 layer quantized it, else of x's values; ok
+// is false for every other product.
 func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
-	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
+	rhs compute.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
+	wBytes := e4m3Bytes(rhs)
+	if wBytes == nil {
+		return nil, false, nil
+	}
+	ws, err := f.operands(wBytes)
+	if err != nil {
+		return nil, true, err
+	}
+	w := ws[0]
 	if bytes := e4m3Bytes(lhs); bytes != nil {
 		b, err := f.operands(bytes)
 		if err != nil {
