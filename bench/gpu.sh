@@ -29,8 +29,9 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore
-# (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
+# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), splitrows
+# (branch exp-splitk-rows: split K at 17-64 FP8 rows), explore (per-layer cost, the
+# padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -252,6 +253,25 @@ fp8decode() {
     section "decoding: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
+  done
+}
+
+splitrows() {
+  # Branch exp-splitk-rows (~5 min): FP8 products of 17-64 rows (fused decoding at batch
+  # 8: 64 rows; its denoise steps: 32) with their Dot tile's K loop split as main splits
+  # 2-16 rows' (BLOCKDIFF_SPLIT_ROWS=64; 32: only up to 32 rows). The FP8 products at
+  # MiniCPM5-2B's shapes and the fixture models against XLA's, then fused decoding at
+  # batch 8 in bf16 and FP8 (bench -env: one process, one quantization).
+  section "split K at 17-64 rows: FP8 products and fixture models against XLA's"
+  BLOCKDIFF_SPLIT_ROWS=64 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v \
+    -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/fp8' 2>&1 | grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  local a env
+  for a in "" "-fp8 weight-only"; do
+    env=";BLOCKDIFF_SPLIT_ROWS=32;BLOCKDIFF_SPLIT_ROWS=64"
+    [ -z "$a" ] && env="" # bf16 products are never split
+    section "decoding at batch 8: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only decode -batches 8 -decode "fused quality" $a \
+      -env "$env" 2>&1 </dev/null | grep -E '^fused|^env:|FP8|rror' | grep -v compiled
   done
 }
 

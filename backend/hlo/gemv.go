@@ -4,7 +4,9 @@ package hlo
 
 import (
 	"math/bits"
+	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -67,7 +69,7 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		t.BM = 1 << bits.Len(uint(m-1))
 	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
-		if m > 1 && m <= triton.DotRows {
+		if m > 1 && m <= experimentSplitRows() {
 			t = splitK(t, m, n, k)
 		}
 		return t, true
@@ -274,4 +276,15 @@ func splitK(t triton.Tile, m, n, k int) triton.Tile {
 		return t
 	}
 	return s
+}
+
+// experimentSplitRows is, in an experiment (branch exp-splitk-rows, not yet run on a
+// GPU), the most rows of an FP8 product whose Dot tile splitK splits:
+// BLOCKDIFF_SPLIT_ROWS (e.g. 64: the many-rows tiles of fused decoding at batch 8 too),
+// or triton.DotRows, as on main, when it is unset.
+func experimentSplitRows() int {
+	if rows, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_ROWS")); err == nil {
+		return rows
+	}
+	return triton.DotRows
 }

@@ -150,3 +150,19 @@ func TestSplitK(t *testing.T) {
 		{8, 2560, 3072, split(2), true},    // K of 6 steps: halves, not quarters
 	})
 }
+
+// The experiment's rows (branch exp-splitk-rows): BLOCKDIFF_SPLIT_ROWS=64 splits the
+// many-rows tiles of 17 to 64 rows too; unset, only 2 to 16 rows, as on main.
+func TestExperimentSplitRows(t *testing.T) {
+	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "")
+	many := fp8ManyRowsTile
+	many.BM = 64
+	requireTiles(t, fp8Tile, []tileCase{{64, 2560, 2048, many, true}})
+	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "64")
+	split := many
+	split.Split = 4 // 80 W tiles of qkv, K of 8 steps of 256
+	requireTiles(t, fp8Tile, []tileCase{
+		{64, 2560, 2048, split, true},
+		{64, 12288, 2048, many, true}, // gate/up: 384 W tiles already
+	})
+}
