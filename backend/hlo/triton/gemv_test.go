@@ -264,3 +264,13 @@ func TestDotTileSplitRows(t *testing.T) {
 		"tensor<64x256xbf16> * tensor<256x32xbf16>",
 	)
 }
+
+// The sweep's warps (branch exp-fp8-sweep): a tile's Warps sets its programs' warps
+// and the accumulators they share.
+func TestTileWarps(t *testing.T) {
+	tile := Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Warps: 8}
+	require.Equal(t, "dot32x512/s3/w8", tile.String())
+	require.Equal(t, 2, tile.Accumulators(4))
+	tile.Warps = 0
+	require.Equal(t, 4, tile.Accumulators(4))
+}
