@@ -213,3 +213,24 @@ func TestSplitKInModels(t *testing.T) {
 		})
 	}
 }
+
+// The experiment's rows (branch exp-splitk-rows) in a model: with
+// BLOCKDIFF_SPLIT_ROWS=64 and tiles the fixtures fit, a 32-row window's FP8 layers run
+// the Dot tile of 32 rows, split where K holds two of its steps (as 4-row windows do on
+// main, TestSplitKInModels).
+func TestExperimentSplitRowsInModels(t *testing.T) {
+	defer setFittingFP8Tiles()()
+	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "64")
+	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
+	for _, dir := range fixtures.Subdirs(t, "models") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 8, 4, true, quantize)
+			split := tritonCallsWith(text, "%pidk = arith.remsi")
+			require.GreaterOrEqual(t, split, 3*layers, "split products")
+			require.LessOrEqual(t, split, 4*layers, "split products")
+			require.Equal(t, 4*layers, tritonCallsWith(text, "tt.dot %xv, %wb, %a : tensor<32x32xbf16>"), "every FP8 layer a Dot tile of 32 rows")
+		})
+	}
+}

@@ -3,8 +3,11 @@
 package hlo
 
 import (
+	"fmt"
 	"math/bits"
+	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -56,7 +59,7 @@ var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 // where it divides W (as measured: pipelined over its stages even where the K loop is
 // shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
-	t := fp8DotTile
+	t := experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile)
 	switch {
 	case m == 1:
 		t = fp8RowTile
@@ -67,7 +70,7 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		t.BM = 1 << bits.Len(uint(m-1))
 	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
-		if m > 1 && m <= triton.DotRows {
+		if m > 1 && m <= experimentSplitRows() {
 			t = splitK(t, m, n, k)
 		}
 		return t, true
@@ -189,7 +192,11 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		return nil, false, nil
 	case rs.DType == dtypes.Uint8:
 		t, ok = fp8Tile(m, n, k)
-	case rs.DType != dtypes.BFloat16 || (f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k)):
+	case rs.DType != dtypes.BFloat16:
+		return nil, false, nil
+	case experimentBF16Dot(m, n, k) != triton.Tile{}:
+		t = experimentBF16Dot(m, n, k)
+	case f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k):
 		return nil, false, nil
 	default:
 		t, ok = gemvTile(m, n, k)
@@ -220,10 +227,11 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 // (a warpgroup's wgmma) lost, 3.7 to 4.9. Other products take the weight-only kernels,
 // at one row the row tile's.
 func w8a8Tile(m, n, k int) (triton.Tile, bool) {
-	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, fp8DotTile, dtypes.Float32) != nil {
+	t := experimentDotTile("BLOCKDIFF_W8A8_TILE", fp8DotTile)
+	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, t, dtypes.Float32) != nil {
 		return triton.Tile{}, false
 	}
-	return splitK(fp8DotTile, m, n, k), true
+	return splitK(t, m, n, k), true
 }
 
 // splitProduct returns y of dtype out from product, a GEMV kernel of tile t: with
@@ -265,7 +273,7 @@ const minSplitPrograms = 264
 // FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same run: 1.988 / 2.054.
 func splitK(t triton.Tile, m, n, k int) triton.Tile {
 	split := 1
-	for n/t.BN*split < minSplitPrograms && k%(t.BK*split*2) == 0 {
+	for n/t.BN*split < experimentSplitPrograms() && k%(t.BK*split*2) == 0 {
 		split *= 2
 	}
 	s := t
@@ -274,4 +282,51 @@ func splitK(t triton.Tile, m, n, k int) triton.Tile {
 		return t
 	}
 	return s
+}
+
+// experimentSplitRows is, in an experiment (branch exp-splitk-rows, not yet run on a
+// GPU), the most rows of an FP8 product whose Dot tile splitK splits:
+// BLOCKDIFF_SPLIT_ROWS (e.g. 64: the many-rows tiles of fused decoding at batch 8 too),
+// or triton.DotRows, as on main, when it is unset.
+func experimentSplitRows() int {
+	if rows, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_ROWS")); err == nil {
+		return rows
+	}
+	return triton.DotRows
+}
+
+// experimentDotTile is, in an experiment (branch exp-fp8-sweep, not yet run on a GPU),
+// the Dot tile that environment variable name writes as triton.Tile does
+// ("dot32x512/s3", with "/w8" for 8 warps), or t where it is unset.
+func experimentDotTile(name string, t triton.Tile) triton.Tile {
+	spec := os.Getenv(name)
+	if spec == "" {
+		return t
+	}
+	s := triton.Tile{Dot: true}
+	_, err := fmt.Sscanf(spec, "dot%dx%d/s%d/w%d", &s.BN, &s.BK, &s.Stages, &s.Warps)
+	if err != nil && s.Stages == 0 {
+		return t
+	}
+	return s
+}
+
+// experimentBF16Dot is, in an experiment (branch exp-fp8-sweep), the Dot tile that
+// BLOCKDIFF_BF16_DOT names for bfloat16 products of 2 to maxGEMVRows rows, split as
+// splitK splits, where it divides W; the zero Tile where it is unset or does not.
+func experimentBF16Dot(m, n, k int) triton.Tile {
+	t := experimentDotTile("BLOCKDIFF_BF16_DOT", triton.Tile{})
+	if !t.Dot || m < 2 || m > maxGEMVRows || triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) != nil {
+		return triton.Tile{}
+	}
+	return splitK(t, m, n, k)
+}
+
+// experimentSplitPrograms is, in an experiment (branch exp-fp8-sweep), the programs
+// splitK asks for: BLOCKDIFF_SPLIT_PROGRAMS, or minSplitPrograms.
+func experimentSplitPrograms() int {
+	if p, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_PROGRAMS")); err == nil {
+		return p
+	}
+	return minSplitPrograms
 }

@@ -150,3 +150,42 @@ func TestSplitK(t *testing.T) {
 		{8, 2560, 3072, split(2), true},    // K of 6 steps: halves, not quarters
 	})
 }
+
+// The experiment's rows (branch exp-splitk-rows): BLOCKDIFF_SPLIT_ROWS=64 splits the
+// many-rows tiles of 17 to 64 rows too; unset, only 2 to 16 rows, as on main.
+func TestExperimentSplitRows(t *testing.T) {
+	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "")
+	many := fp8ManyRowsTile
+	many.BM = 64
+	requireTiles(t, fp8Tile, []tileCase{{64, 2560, 2048, many, true}})
+	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "64")
+	split := many
+	split.Split = 4 // 80 W tiles of qkv, K of 8 steps of 256
+	requireTiles(t, fp8Tile, []tileCase{
+		{64, 2560, 2048, split, true},
+		{64, 12288, 2048, many, true}, // gate/up: 384 W tiles already
+	})
+}
+
+// The sweep's knobs (branch exp-fp8-sweep): a Dot tile named as triton.Tile writes
+// one, with warps; the programs splitK asks for; bf16 products on a Dot tile.
+func TestExperimentSweepKnobs(t *testing.T) {
+	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "dot64x256/s4/w8")
+	want := triton.Tile{BN: 64, BK: 256, Stages: 4, Dot: true, Warps: 8}
+	require.Equal(t, want, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
+	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "dot32x256/s3")
+	require.Equal(t, triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
+	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "")
+	require.Equal(t, fp8DotTile, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
+
+	t.Setenv("BLOCKDIFF_SPLIT_PROGRAMS", "528")
+	split := fp8DotTile
+	split.Split = 4 // K of 4 steps caps it
+	require.Equal(t, split, splitK(fp8DotTile, 4, 2560, 2048))
+	require.Equal(t, 2, splitK(fp8DotTile, 4, 12288, 2048).Split) // 384 W tiles, under 528
+
+	require.Equal(t, triton.Tile{}, experimentBF16Dot(4, 2560, 2048))
+	t.Setenv("BLOCKDIFF_BF16_DOT", "dot32x256/s3/w8")
+	require.Equal(t, triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true, Warps: 8, Split: 8}, experimentBF16Dot(4, 2560, 2048))
+	require.Equal(t, triton.Tile{}, experimentBF16Dot(1, 2560, 2048))
+}

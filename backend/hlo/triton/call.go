@@ -114,7 +114,7 @@ func (kn Kernels) callGEMV(name, ir string, err error, t Tile, operands []*stabl
 	if err != nil {
 		return nil, err
 	}
-	ys, err := kn.Call(name, ir, t.Programs(y.Dimensions[y.Rank()-1]), Warps, t.Stages, operands, y)
+	ys, err := kn.Call(name, ir, t.Programs(y.Dimensions[y.Rank()-1]), t.warps(), t.Stages, operands, y)
 	if err != nil {
 		return nil, err
 	}

@@ -255,3 +255,11 @@ func TestFoldKernelsFP8(t *testing.T) {
 	require.NotContains(t, unscaled, "%s: ")
 	require.NotContains(t, unscaled, "%raw")
 }
+
+// The sweep's warps (branch exp-fp8-sweep): a GEMV tile's Warps are its call's.
+func TestGEMVCallWarps(t *testing.T) {
+	fn, in := inputs(t, "gemv_w8", shapes.Make(dtypes.BFloat16, 4, 512), shapes.Make(dtypes.Uint8, 160, 512))
+	y, err := Kernels{}.GEMV(in[0], in[1], Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Warps: 8}, dtypes.BFloat16)
+	require.NoError(t, err)
+	require.Contains(t, requireOneCall(t, fn, y, "-> tensor<4x160xbf16>"), "num_warps = 8 : i32")
+}

@@ -26,10 +26,22 @@ const MaxAccumulators = 64
 // A Dot tile's Split > 1 splits the K loop over that many programs per W tile, each
 // storing its float32 partial sums to y [Split, m, n], which the caller adds up
 // (split-K: more programs where W has too few rows to fill the device's SMs).
+//
+// In an experiment (branch exp-fp8-sweep, not yet run on a GPU), Warps sets a GEMV
+// tile's warps per program (0: the package's Warps).
 type Tile struct {
 	BM, BN, BK, Stages int
 	Dot                bool
 	Split              int
+	Warps              int
+}
+
+// warps is the warps of each of t's programs: t.Warps, or the package's Warps.
+func (t Tile) warps() int {
+	if t.Warps > 0 {
+		return t.Warps
+	}
+	return Warps
 }
 
 // DotRows is the rows of x a Dot tile's kernel multiplies, the smallest side tt.dot
@@ -50,6 +62,9 @@ func (t Tile) String() string {
 	if t.Split > 1 {
 		suffix = fmt.Sprintf("/k%d", t.Split)
 	}
+	if t.Warps > 0 {
+		suffix += fmt.Sprintf("/w%d", t.Warps)
+	}
 	return fmt.Sprintf("%s%dx%d/s%d%s", prefix, t.BN, t.BK, t.Stages, suffix)
 }
 
@@ -64,9 +79,9 @@ func (t Tile) dotRows() int { return max(t.BM, DotRows) }
 // tile's one [dotRows, BN] for all its rows.
 func (t Tile) Accumulators(m int) int {
 	if t.Dot {
-		return t.dotRows() * t.BN / (32 * Warps)
+		return t.dotRows() * t.BN / (32 * t.warps())
 	}
-	return m * t.BN * t.BK / (32 * Warps)
+	return m * t.BN * t.BK / (32 * t.warps())
 }
 
 // CheckGEMV says why GEMVTTIR cannot write the kernel of m rows, W [n, k], tile t and

@@ -251,3 +251,26 @@ func TestDotTileSplit(t *testing.T) {
 	require.NoError(t, err)
 	requireKernel(t, fp8, "scf.for %k = %kb to %ke step %cBK")
 }
+
+// The experiment's rows (branch exp-splitk-rows): a Dot tile of 64 rows splits its K
+// loop as one of DotRows does.
+func TestDotTileSplitRows(t *testing.T) {
+	tile := Tile{BM: 64, BN: 32, BK: 256, Stages: 3, Dot: true, Split: 4}
+	require.NoError(t, CheckGEMV(64, 2560, 2048, tile, dtypes.Float32))
+	requireKernel(t, mustGEMV(t, 64, 2560, 2048, tile, dtypes.Uint8, dtypes.Float32),
+		"%pidk = arith.remsi %pid, %cS : i32",
+		"scf.for %k = %kb to %ke step %cBK",
+		"%cMN = arith.constant 163840 : i32",
+		"tensor<64x256xbf16> * tensor<256x32xbf16>",
+	)
+}
+
+// The sweep's warps (branch exp-fp8-sweep): a tile's Warps sets its programs' warps
+// and the accumulators they share.
+func TestTileWarps(t *testing.T) {
+	tile := Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Warps: 8}
+	require.Equal(t, "dot32x512/s3/w8", tile.String())
+	require.Equal(t, 2, tile.Accumulators(4))
+	tile.Warps = 0
+	require.Equal(t, 4, tile.Accumulators(4))
+}
