@@ -29,10 +29,8 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), splitrows
-# (branch exp-splitk-rows: split K at 17-64 FP8 rows), fp8sweep (branch exp-fp8-sweep:
-# split Dot tiles and warps, FP8, W8A8 and bf16), explore (per-layer cost, the padded
-# AR step, XLA flag variants, HLO dumps),
+# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore
+# (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
 # prefillflags (XLA's GEMM flags on the prefill), attnbench
@@ -255,47 +253,6 @@ fp8decode() {
     GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
   done
-}
-
-splitrows() {
-  # Branch exp-splitk-rows (~5 min): FP8 products of 17-64 rows (fused decoding at batch
-  # 8: 64 rows; its denoise steps: 32) with their Dot tile's K loop split as main splits
-  # 2-16 rows' (BLOCKDIFF_SPLIT_ROWS=64; 32: only up to 32 rows). The FP8 products at
-  # MiniCPM5-2B's shapes and the fixture models against XLA's, then fused decoding at
-  # batch 8 in bf16 and FP8 (bench -env: one process, one quantization).
-  section "split K at 17-64 rows: FP8 products and fixture models against XLA's"
-  BLOCKDIFF_SPLIT_ROWS=64 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v \
-    -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/fp8' 2>&1 | grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
-  local a env
-  for a in "" "-fp8 weight-only"; do
-    env=";BLOCKDIFF_SPLIT_ROWS=32;BLOCKDIFF_SPLIT_ROWS=64"
-    [ -z "$a" ] && env="" # bf16 products are never split
-    section "decoding at batch 8: ${a:-bf16}"
-    GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only decode -batches 8 -decode "fused quality" $a \
-      -env "$env" 2>&1 </dev/null | grep -E '^fused|^env:|FP8|rror' | grep -v compiled
-  done
-}
-
-fp8sweep() {
-  # Branch exp-fp8-sweep (~6 min): the split Dot tiles of 2-16 rows swept, FP8
-  # weight-only (BLOCKDIFF_FP8_DOT_TILE, "/w8": 8 warps a program, not 4;
-  # BLOCKDIFF_SPLIT_PROGRAMS: the programs splitK asks for, 264 on main), W8A8
-  # (BLOCKDIFF_W8A8_TILE) and bf16 on our Dot tile instead of XLA's GEMMs
-  # (BLOCKDIFF_BF16_DOT, split as FP8's are); first the 8-warp tiles' products against
-  # XLA's at MiniCPM5-2B's shapes. bench -env: one process, one quantization each.
-  section "8-warp Dot tiles: FP8 and W8A8 products against XLA's"
-  BLOCKDIFF_FP8_DOT_TILE=dot32x512/s3/w8 BLOCKDIFF_W8A8_TILE=dot32x512/s3/w8 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 100 \
-    .gpu/bin/hlo.test -test.v -test.run 'TritonFP8MatchesDot' 2>&1 | grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
-  local flags env
-  while IFS='|' read -r flags env; do
-    section "steps: ${flags:-bf16}, -env \"$env\""
-    GOMLX_BACKEND=$(backend_config ours) timeout 240 .gpu/bin/bench -only steps -steps denoise,fused -iters 20 -capacity 528 \
-      $flags -env "$env" 2>&1 </dev/null | grep -E 'device loop, per|rror|FP8|^env:' | grep -v compiled
-  done <<'EOF'
--fp8 weight-only|;BLOCKDIFF_FP8_DOT_TILE=dot32x512/s3/w8;BLOCKDIFF_FP8_DOT_TILE=dot64x512/s3/w8;BLOCKDIFF_FP8_DOT_TILE=dot32x256/s3;BLOCKDIFF_FP8_DOT_TILE=dot32x256/s4;BLOCKDIFF_FP8_DOT_TILE=dot16x512/s3;BLOCKDIFF_SPLIT_PROGRAMS=528;BLOCKDIFF_SPLIT_PROGRAMS=132
-|;BLOCKDIFF_BF16_DOT=dot32x256/s3/w8;BLOCKDIFF_BF16_DOT=dot32x512/s3/w8;BLOCKDIFF_BF16_DOT=dot16x256/s3;BLOCKDIFF_BF16_DOT=dot64x256/s3/w8
--fp8 w8a8|;BLOCKDIFF_W8A8_TILE=dot32x512/s3/w8;BLOCKDIFF_W8A8_TILE=dot32x256/s3
-EOF
 }
 
 whileloop() {

@@ -47,11 +47,11 @@ func DeviceAddress(b compute.Buffer) (uintptr, error) {
 var E4M3BFloat16Bits = e4m3BFloat16Bits
 
 // SetFP8Tiles makes the backend take row for FP8 products of one row, dot for those of
-// 2 to 16 rows (W8A8 products' too) and manyRows for more (where they divide W) until
-// the returned function restores the defaults: the fixture models' weights are too
-// small for the defaults, so the GPU tests give them tiles they fit.
+// 2 to 16 rows (W8A8 products' of 2 to 8 too) and manyRows for more (where they divide
+// W) until the returned function restores the defaults: the fixture models' weights are
+// too small for the defaults, so the GPU tests give them tiles they fit.
 func SetFP8Tiles(row, dot, manyRows triton.Tile) (restore func()) {
-	saved := [3]triton.Tile{fp8RowTile, fp8DotTile, fp8ManyRowsTile}
-	fp8RowTile, fp8DotTile, fp8ManyRowsTile = row, dot, manyRows
-	return func() { fp8RowTile, fp8DotTile, fp8ManyRowsTile = saved[0], saved[1], saved[2] }
+	saved := [4]triton.Tile{fp8RowTile, fp8DotTile, w8a8DotTile, fp8ManyRowsTile}
+	fp8RowTile, fp8DotTile, w8a8DotTile, fp8ManyRowsTile = row, dot, dot, manyRows
+	return func() { fp8RowTile, fp8DotTile, w8a8DotTile, fp8ManyRowsTile = saved[0], saved[1], saved[2], saved[3] }
 }

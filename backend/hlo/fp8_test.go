@@ -194,43 +194,28 @@ func TestTritonNormFP8InModels(t *testing.T) {
 	})
 }
 
-// FP8 products of 2 to 16 rows split their K loop (splitK): with tiles the fixtures
-// fit, a 4-row window's FP8 layers, whose K holds two of the tile's steps (qkv, o and
-// gate/up at K 64; down too where its K is 192), run split programs, whose partial
-// sums a reduction adds.
+// FP8 products of 2 to 64 rows split their K loop (splitK): with tiles the fixtures
+// fit, the FP8 layers of a 4-row window (the Dot tile of DotRows rows) and of a 32-row
+// one (8 rows of 4 tokens: the many-rows tile of 32), whose K holds two of the tile's
+// steps (qkv, o and gate/up at K 64; down too where its K is 192), run split programs,
+// whose partial sums a reduction adds.
 func TestSplitKInModels(t *testing.T) {
 	defer setFittingFP8Tiles()()
 	b, err := hlo.NewBuildOnlyWith("triton=gemv")
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			text, layers := windowTextOf(t, b, dir, 1, 4, true, quantize)
-			split := tritonCallsWith(text, "%pidk = arith.remsi")
-			require.GreaterOrEqual(t, split, 3*layers, "split products")
-			require.LessOrEqual(t, split, 4*layers, "split products")
-			require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
-		})
-	}
-}
-
-// The experiment's rows (branch exp-splitk-rows) in a model: with
-// BLOCKDIFF_SPLIT_ROWS=64 and tiles the fixtures fit, a 32-row window's FP8 layers run
-// the Dot tile of 32 rows, split where K holds two of its steps (as 4-row windows do on
-// main, TestSplitKInModels).
-func TestExperimentSplitRowsInModels(t *testing.T) {
-	defer setFittingFP8Tiles()()
-	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "64")
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
-	require.NoError(t, err)
-	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			text, layers := windowTextOf(t, b, dir, 8, 4, true, quantize)
-			split := tritonCallsWith(text, "%pidk = arith.remsi")
-			require.GreaterOrEqual(t, split, 3*layers, "split products")
-			require.LessOrEqual(t, split, 4*layers, "split products")
-			require.Equal(t, 4*layers, tritonCallsWith(text, "tt.dot %xv, %wb, %a : tensor<32x32xbf16>"), "every FP8 layer a Dot tile of 32 rows")
-		})
+		for _, batch := range []int{1, 8} {
+			t.Run(fmt.Sprintf("%s/batch_%d", filepath.Base(dir), batch), func(t *testing.T) {
+				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
+				split := tritonCallsWith(text, "%pidk = arith.remsi")
+				require.GreaterOrEqual(t, split, 3*layers, "split products")
+				require.LessOrEqual(t, split, 4*layers, "split products")
+				require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
+				if batch == 8 {
+					require.Equal(t, 4*layers, tritonCallsWith(text, "tt.dot %xv, %wb, %a : tensor<32x32xbf16>"), "every FP8 layer a Dot tile of 32 rows")
+				}
+			})
+		}
 	}
 }

@@ -3,11 +3,8 @@
 package hlo
 
 import (
-	"fmt"
 	"math/bits"
-	"os"
 	"slices"
-	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -24,16 +21,26 @@ import (
 const maxGEMVRows = 8
 
 // fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows,
-// the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md runs ES and
-// ET, ms per added step): the AR step took 1.40 with 8 × 1024 bytes over 3 stages
-// (gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41); the Dot tile, the bytes
-// converted to bfloat16 in registers for the tensor cores, gave the denoise step 2.14
-// and the fused step 2.15 at 32 × 512 over 3 stages (32 × 256: 2.54 and 2.44; 32 × 1024:
-// 2.37 and 2.42; 64 × 512: 2.46; 16 × 512: 2.41 fused; 4 stages: 2.24 and 2.26).
+// the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md, ms per added
+// step). The AR step took 1.40 with 8 × 1024 bytes over 3 stages (runs ES and ET;
+// gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41). The Dot tile converts the
+// bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK): 64 ×
+// 256 over 3 stages and 8 warps gave the denoise and fused steps 1.733 and 1.785 (run
+// FE; 64 × 128: 1.783 and 1.814; 4 stages: 1.763 and 1.816; 2 stages: 1.847 and 1.865;
+// 32 × 256 with 8 warps: 2.256 and 2.192), against 1.894 and 1.890 with runs ES-FB's 32
+// × 512 over 3 stages and 4 warps (run FD: 64 × 512 with 8 warps 1.826 and 1.880, with 4
+// 1.958 and 2.015; 128 × 512 with 8: 2.103 and 2.155; run FC: 16 × 512 2.42 and 2.32,
+// 32 × 256 with 4 warps 2.02 and 1.98).
 var (
 	fp8RowTile = triton.Tile{BN: 8, BK: 1024, Stages: 3}
-	fp8DotTile = triton.Tile{BN: 32, BK: 512, Stages: 3, Dot: true}
+	fp8DotTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
 )
+
+// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 32 × 512 bytes over 3 stages
+// and 4 warps. Run FC: the denoise and fused steps took 1.949 and 1.935 with it, 2.074
+// and 2.078 with 8 warps, 1.993 and 1.958 at 32 × 256 (fp8DotTile's 64 × 256 with 8
+// warps is not measured for W8A8).
+var w8a8DotTile = triton.Tile{BN: 32, BK: 512, Stages: 3, Dot: true}
 
 // maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
@@ -49,17 +56,19 @@ const maxFP8Rows = 64
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
 // maxFP8Rows, its BM their rows rounded up to a power of two: 32 × 256 bytes over 3
-// stages (the one measured, run EW).
+// stages (the one measured, run EW), its K loop split as fp8DotTile's is (run FD: fused
+// decoding at batch 8 took 264.3 ms against 277.0 unsplit; run FE: 269.3 against 276.8,
+// bf16 208.0).
 var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
 // out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
-// fp8DotTile (its K loop split, splitK), up to maxFP8Rows with fp8ManyRowsTile, each
-// where it divides W (as measured: pipelined over its stages even where the K loop is
+// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile (both with their K loop split,
+// splitK), each where it divides W (as measured: pipelined over its stages even where the K loop is
 // shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
-	t := experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile)
+	t := fp8DotTile
 	switch {
 	case m == 1:
 		t = fp8RowTile
@@ -70,7 +79,7 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		t.BM = 1 << bits.Len(uint(m-1))
 	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
-		if m > 1 && m <= experimentSplitRows() {
+		if m > 1 {
 			t = splitK(t, m, n, k)
 		}
 		return t, true
@@ -192,11 +201,7 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		return nil, false, nil
 	case rs.DType == dtypes.Uint8:
 		t, ok = fp8Tile(m, n, k)
-	case rs.DType != dtypes.BFloat16:
-		return nil, false, nil
-	case experimentBF16Dot(m, n, k) != triton.Tile{}:
-		t = experimentBF16Dot(m, n, k)
-	case f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k):
+	case rs.DType != dtypes.BFloat16 || (f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k)):
 		return nil, false, nil
 	default:
 		t, ok = gemvTile(m, n, k)
@@ -220,18 +225,17 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 }
 
 // w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
-// the tensor cores as FP8: fp8DotTile from 2 to maxGEMVRows rows, its K loop split
+// the tensor cores as FP8: w8a8DotTile from 2 to maxGEMVRows rows, its K loop split
 // (splitK), where it divides W. Run EV, ms per added step, unsplit: the denoise and
 // fused steps took 2.105 and 2.107 so, 2.32 and 2.30 with the weight-only kernels on
 // the decoded input (2.14 and 2.16 with FP8 weight-only layers); Dot tiles of 64 rows
 // (a warpgroup's wgmma) lost, 3.7 to 4.9. Other products take the weight-only kernels,
 // at one row the row tile's.
 func w8a8Tile(m, n, k int) (triton.Tile, bool) {
-	t := experimentDotTile("BLOCKDIFF_W8A8_TILE", fp8DotTile)
-	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, t, dtypes.Float32) != nil {
+	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, w8a8DotTile, dtypes.Float32) != nil {
 		return triton.Tile{}, false
 	}
-	return splitK(t, m, n, k), true
+	return splitK(w8a8DotTile, m, n, k), true
 }
 
 // splitProduct returns y of dtype out from product, a GEMV kernel of tile t: with
@@ -260,20 +264,22 @@ func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(ou
 	return stablehlo.Convert(y, out)
 }
 
-// minSplitPrograms is the programs splitK asks of a GEMV: two per SM of the H200's 132.
+// minSplitPrograms is the programs splitK asks of a GEMV: two per SM of the H200's 132
+// (run FC: 528 and 132 gave the denoise and fused steps 1.890 and 1.929, 1.944 and
+// 1.904, against 1.890 and 1.879).
 const minSplitPrograms = 264
 
 // splitK returns Dot tile t with its K loop split over the fewest programs per W tile,
 // a power of two, that give minSplitPrograms in all, as far as K divides (each program
 // sums K/Split of it into float32 partial sums that splitProduct adds up); t itself
 // where W [n, k] has as many tiles already or K does not divide. FP8 weights of 2 to
-// DotRows rows are read so, whose few W tiles (64 to 80 at MiniCPM5-2B's qkv, o and
+// maxFP8Rows rows are read so, whose few W tiles (32 to 80 at MiniCPM5-2B's qkv, o and
 // down) leave most of the SMs idle otherwise. Run EZ, ms per added step: the denoise /
 // fused steps with FP8 weights 1.908 / 1.884 against 2.255 / 2.143 unsplit, W8A8 (run
 // FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same run: 1.988 / 2.054.
 func splitK(t triton.Tile, m, n, k int) triton.Tile {
 	split := 1
-	for n/t.BN*split < experimentSplitPrograms() && k%(t.BK*split*2) == 0 {
+	for n/t.BN*split < minSplitPrograms && k%(t.BK*split*2) == 0 {
 		split *= 2
 	}
 	s := t
@@ -282,51 +288,4 @@ func splitK(t triton.Tile, m, n, k int) triton.Tile {
 		return t
 	}
 	return s
-}
-
-// experimentSplitRows is, in an experiment (branch exp-splitk-rows, not yet run on a
-// GPU), the most rows of an FP8 product whose Dot tile splitK splits:
-// BLOCKDIFF_SPLIT_ROWS (e.g. 64: the many-rows tiles of fused decoding at batch 8 too),
-// or triton.DotRows, as on main, when it is unset.
-func experimentSplitRows() int {
-	if rows, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_ROWS")); err == nil {
-		return rows
-	}
-	return triton.DotRows
-}
-
-// experimentDotTile is, in an experiment (branch exp-fp8-sweep, not yet run on a GPU),
-// the Dot tile that environment variable name writes as triton.Tile does
-// ("dot32x512/s3", with "/w8" for 8 warps), or t where it is unset.
-func experimentDotTile(name string, t triton.Tile) triton.Tile {
-	spec := os.Getenv(name)
-	if spec == "" {
-		return t
-	}
-	s := triton.Tile{Dot: true}
-	_, err := fmt.Sscanf(spec, "dot%dx%d/s%d/w%d", &s.BN, &s.BK, &s.Stages, &s.Warps)
-	if err != nil && s.Stages == 0 {
-		return t
-	}
-	return s
-}
-
-// experimentBF16Dot is, in an experiment (branch exp-fp8-sweep), the Dot tile that
-// BLOCKDIFF_BF16_DOT names for bfloat16 products of 2 to maxGEMVRows rows, split as
-// splitK splits, where it divides W; the zero Tile where it is unset or does not.
-func experimentBF16Dot(m, n, k int) triton.Tile {
-	t := experimentDotTile("BLOCKDIFF_BF16_DOT", triton.Tile{})
-	if !t.Dot || m < 2 || m > maxGEMVRows || triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) != nil {
-		return triton.Tile{}
-	}
-	return splitK(t, m, n, k)
-}
-
-// experimentSplitPrograms is, in an experiment (branch exp-fp8-sweep), the programs
-// splitK asks for: BLOCKDIFF_SPLIT_PROGRAMS, or minSplitPrograms.
-func experimentSplitPrograms() int {
-	if p, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_PROGRAMS")); err == nil {
-		return p
-	}
-	return minSplitPrograms
 }

@@ -83,15 +83,15 @@ func TestGEMVOutput(t *testing.T) {
 	}
 }
 
-// FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile (its K
-// loop split, as splitK does) and of up to 64 rows fp8ManyRowsTile of their rows
-// rounded up to a power of two, where they divide W (3 stages over MiniCPM5-2B's 2
+// FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile and of
+// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, both with
+// their K loop split as splitK does, where they divide W (3 stages over MiniCPM5-2B's
 // steps of K, as measured), and gemvTile's up to 4 rows where they do not (the
 // fixtures' small weights); none past that.
 func TestFP8Tile(t *testing.T) {
-	many := func(rows int) triton.Tile {
+	many := func(rows, split int) triton.Tile {
 		t := fp8ManyRowsTile
-		t.BM = rows
+		t.BM, t.Split = rows, split
 		return t
 	}
 	split := func(n int) triton.Tile {
@@ -102,90 +102,53 @@ func TestFP8Tile(t *testing.T) {
 	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
-		{2, 2560, 2048, split(4), true},
-		{4, 2048, 6144, split(4), true},                           // its down, denoise step
-		{8, 2560, 2048, split(4), true},                           // its qkv, fused step
-		{8, 12288, 2048, fp8DotTile, true},                        // its gate/up: 384 W tiles
-		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true}, // the fixtures'
+		{2, 2560, 2048, split(8), true},                                 // its qkv: 40 W tiles
+		{4, 2048, 6144, split(8), true},                                 // its down, denoise step: 32, K of 24 steps
+		{8, 2560, 2048, split(8), true},                                 // its qkv, fused step
+		{8, 12288, 2048, split(2), true},                                // its gate/up: 192 W tiles
+		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
 		{8, 192, 64, triton.Tile{}, false},
-		{12, 2560, 2048, split(4), true},
-		{17, 2560, 2048, many(32), true},
-		{32, 2560, 2048, many(32), true}, // denoise steps at batch 8
-		{40, 2048, 6144, many(64), true},
-		{64, 2560, 2048, many(64), true}, // fused steps at batch 8
+		{12, 2560, 2048, split(8), true},
+		{17, 2560, 2048, many(32, 4), true},  // 80 W tiles of 32
+		{32, 2560, 2048, many(32, 4), true},  // denoise steps at batch 8
+		{40, 2048, 6144, many(64, 8), true},  // 64 W tiles, K of 24 steps
+		{64, 2560, 2048, many(64, 4), true},  // fused steps at batch 8
+		{64, 12288, 2048, many(64, 0), true}, // gate/up: 384 W tiles already
 		{65, 2560, 2048, triton.Tile{}, false},
 		{32, 192, 64, triton.Tile{}, false},
 	})
 }
 
-// W8A8 products of 2 to 8 rows take fp8DotTile, its K loop split, where it divides W;
+// W8A8 products of 2 to 8 rows take w8a8DotTile, its K loop split, where it divides W;
 // none otherwise.
 func TestW8A8Tile(t *testing.T) {
-	split4 := fp8DotTile
+	split4 := w8a8DotTile
 	split4.Split = 4
 	requireTiles(t, w8a8Tile, []tileCase{
 		{1, 2560, 2048, triton.Tile{}, false},
 		{2, 2560, 2048, split4, true},
 		{8, 2048, 6144, split4, true},
-		{8, 12288, 2048, fp8DotTile, true},
+		{8, 12288, 2048, w8a8DotTile, true},
 		{9, 2560, 2048, triton.Tile{}, false},
 		{4, 192, 64, triton.Tile{}, false},
 	})
 }
 
 // splitK doubles a Dot tile's split until W's tiles times it reach minSplitPrograms or
-// K stops dividing; none where W has as many tiles already or K is one step.
+// K stops dividing; none where W has as many tiles already or K is one step (here
+// w8a8DotTile, 32 × 512).
 func TestSplitK(t *testing.T) {
 	split := func(n int) triton.Tile {
-		t := fp8DotTile
+		t := w8a8DotTile
 		t.Split = n
 		return t
 	}
-	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(fp8DotTile, m, n, k), true }, []tileCase{
-		{4, 2560, 2048, split(4), true},    // MiniCPM5-2B's qkv: 80 W tiles
-		{4, 2048, 2048, split(4), true},    // o: 64, 256 programs, K of 4 steps
-		{4, 2048, 6144, split(4), true},    // down: 64, K of 12 steps
-		{4, 12288, 2048, fp8DotTile, true}, // gate/up: 384 already
-		{4, 2560, 512, fp8DotTile, true},   // K of one step
-		{8, 2560, 3072, split(2), true},    // K of 6 steps: halves, not quarters
+	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(w8a8DotTile, m, n, k), true }, []tileCase{
+		{4, 2560, 2048, split(4), true},     // MiniCPM5-2B's qkv: 80 W tiles
+		{4, 2048, 2048, split(4), true},     // o: 64, 256 programs, K of 4 steps
+		{4, 2048, 6144, split(4), true},     // down: 64, K of 12 steps
+		{4, 12288, 2048, w8a8DotTile, true}, // gate/up: 384 already
+		{4, 2560, 512, w8a8DotTile, true},   // K of one step
+		{8, 2560, 3072, split(2), true},     // K of 6 steps: halves, not quarters
 	})
-}
-
-// The experiment's rows (branch exp-splitk-rows): BLOCKDIFF_SPLIT_ROWS=64 splits the
-// many-rows tiles of 17 to 64 rows too; unset, only 2 to 16 rows, as on main.
-func TestExperimentSplitRows(t *testing.T) {
-	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "")
-	many := fp8ManyRowsTile
-	many.BM = 64
-	requireTiles(t, fp8Tile, []tileCase{{64, 2560, 2048, many, true}})
-	t.Setenv("BLOCKDIFF_SPLIT_ROWS", "64")
-	split := many
-	split.Split = 4 // 80 W tiles of qkv, K of 8 steps of 256
-	requireTiles(t, fp8Tile, []tileCase{
-		{64, 2560, 2048, split, true},
-		{64, 12288, 2048, many, true}, // gate/up: 384 W tiles already
-	})
-}
-
-// The sweep's knobs (branch exp-fp8-sweep): a Dot tile named as triton.Tile writes
-// one, with warps; the programs splitK asks for; bf16 products on a Dot tile.
-func TestExperimentSweepKnobs(t *testing.T) {
-	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "dot64x256/s4/w8")
-	want := triton.Tile{BN: 64, BK: 256, Stages: 4, Dot: true, Warps: 8}
-	require.Equal(t, want, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
-	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "dot32x256/s3")
-	require.Equal(t, triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
-	t.Setenv("BLOCKDIFF_FP8_DOT_TILE", "")
-	require.Equal(t, fp8DotTile, experimentDotTile("BLOCKDIFF_FP8_DOT_TILE", fp8DotTile))
-
-	t.Setenv("BLOCKDIFF_SPLIT_PROGRAMS", "528")
-	split := fp8DotTile
-	split.Split = 4 // K of 4 steps caps it
-	require.Equal(t, split, splitK(fp8DotTile, 4, 2560, 2048))
-	require.Equal(t, 2, splitK(fp8DotTile, 4, 12288, 2048).Split) // 384 W tiles, under 528
-
-	require.Equal(t, triton.Tile{}, experimentBF16Dot(4, 2560, 2048))
-	t.Setenv("BLOCKDIFF_BF16_DOT", "dot32x256/s3/w8")
-	require.Equal(t, triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true, Warps: 8, Split: 8}, experimentBF16Dot(4, 2560, 2048))
-	require.Equal(t, triton.Tile{}, experimentBF16Dot(1, 2560, 2048))
 }

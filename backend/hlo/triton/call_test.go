@@ -256,7 +256,7 @@ func TestFoldKernelsFP8(t *testing.T) {
 	require.NotContains(t, unscaled, "%raw")
 }
 
-// The sweep's warps (branch exp-fp8-sweep): a GEMV tile's Warps are its call's.
+// A GEMV tile's Warps are its call's.
 func TestGEMVCallWarps(t *testing.T) {
 	fn, in := inputs(t, "gemv_w8", shapes.Make(dtypes.BFloat16, 4, 512), shapes.Make(dtypes.Uint8, 160, 512))
 	y, err := Kernels{}.GEMV(in[0], in[1], Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Warps: 8}, dtypes.BFloat16)

@@ -26,9 +26,7 @@ const MaxAccumulators = 64
 // A Dot tile's Split > 1 splits the K loop over that many programs per W tile, each
 // storing its float32 partial sums to y [Split, m, n], which the caller adds up
 // (split-K: more programs where W has too few rows to fill the device's SMs).
-//
-// In an experiment (branch exp-fp8-sweep, not yet run on a GPU), Warps sets a GEMV
-// tile's warps per program (0: the package's Warps).
+// Warps > 0 sets the warps of each program (0: the package's Warps).
 type Tile struct {
 	BM, BN, BK, Stages int
 	Dot                bool

@@ -252,8 +252,7 @@ func TestDotTileSplit(t *testing.T) {
 	requireKernel(t, fp8, "scf.for %k = %kb to %ke step %cBK")
 }
 
-// The experiment's rows (branch exp-splitk-rows): a Dot tile of 64 rows splits its K
-// loop as one of DotRows does.
+// A Dot tile of 64 rows splits its K loop as one of DotRows does.
 func TestDotTileSplitRows(t *testing.T) {
 	tile := Tile{BM: 64, BN: 32, BK: 256, Stages: 3, Dot: true, Split: 4}
 	require.NoError(t, CheckGEMV(64, 2560, 2048, tile, dtypes.Float32))
@@ -265,8 +264,7 @@ func TestDotTileSplitRows(t *testing.T) {
 	)
 }
 
-// The sweep's warps (branch exp-fp8-sweep): a tile's Warps sets its programs' warps
-// and the accumulators they share.
+// A tile's Warps sets its programs' warps and the accumulators they share.
 func TestTileWarps(t *testing.T) {
 	tile := Tile{BN: 32, BK: 512, Stages: 3, Dot: true, Warps: 8}
 	require.Equal(t, "dot32x512/s3/w8", tile.String())
