@@ -65,8 +65,8 @@ var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
 // out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
 // fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile (both with their K loop split,
-// splitK), each where it divides W (as measured: pipelined over its stages even where the K loop is
-// shorter), else with gemvTile's up to maxFP8RowsTileRows.
+// splitK), each where it divides W (as measured: pipelined over its stages even where
+// the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
 	t := fp8DotTile
 	switch {

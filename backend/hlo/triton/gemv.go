@@ -10,7 +10,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
-// Warps is the number of warps of every program (CTA) of our kernels.
+// Warps is the number of warps of every program (CTA) of our kernels but the GEMVs of
+// tiles that set their own (Tile.Warps).
 const Warps = 4
 
 // MaxAccumulators is the most float32 accumulators per thread a GEMV tile may hold
