@@ -4,7 +4,8 @@
 // several batch sizes for both presets under forced reveal schedules.
 //
 // By default it builds the MiniCPM5-2B shape with random weights, so no checkpoint is
-// needed; -model runs a real one. With random weights confidences mean nothing, so the
+// needed; -config builds the shape of another config.json so (a checkpoint's, without
+// its weights), and -model runs a real one. With random weights confidences mean nothing, so the
 // decoding figures use forced schedules: reveal-all (every mask at once, anchor
 // guesses accepted: an upper bound) and reveal-min (the preset's minimum per step: a
 // lower bound).
@@ -39,6 +40,7 @@ import (
 
 var (
 	modelDir     = flag.String("model", "", "checkpoint folder (default: the MiniCPM5-2B shape with random weights)")
+	configFile   = flag.String("config", "", "config.json (or a folder holding one) whose shape to build with random weights instead of MiniCPM5-2B's; without a mask_token_id, the last vocabulary row masks")
 	layers       = flag.Int("layers", 0, "override the number of layers of the random model (0: as configured)")
 	dtypeFlag    = flag.String("dtype", "", "compute dtype: bfloat16 or float32 (default: the backend's)")
 	context_     = flag.Int("context", 512, "positions already in the cache for step timings")
@@ -183,9 +185,15 @@ func loadModel(b compute.Backend) (*model.Model, error) {
 	start := time.Now()
 	defer func() { log.Printf("loaded in %s", time.Since(start).Round(time.Millisecond)) }()
 	if *modelDir != "" {
+		if *configFile != "" {
+			return nil, errors.New("-model and -config: give one (-config builds random weights)")
+		}
 		return model.Load(b, *modelDir, model.LoadOptions{DType: dtype})
 	}
-	cfg := model.MiniCPM5_2B
+	cfg, err := randomConfig(*configFile)
+	if err != nil {
+		return nil, err
+	}
 	if *layers > 0 {
 		cfg.NumLayers = *layers
 	}
@@ -200,6 +208,23 @@ func loadModel(b compute.Backend) (*model.Model, error) {
 		return nil, errors.Join(err, m.Close())
 	}
 	return m, nil
+}
+
+// randomConfig is the shape of the random model: MiniCPM5-2B's, or that of the
+// config.json at path, its mask token the last vocabulary row where it names none (as
+// block-diffusion checkpoints have it).
+func randomConfig(path string) (model.Config, error) {
+	if path == "" {
+		return model.MiniCPM5_2B, nil
+	}
+	cfg, err := model.LoadConfig(path)
+	if err != nil {
+		return model.Config{}, fmt.Errorf("-config: %w", err)
+	}
+	if cfg.MaskTokenID < 0 {
+		cfg.MaskTokenID = cfg.VocabSize - 1
+	}
+	return cfg, nil
 }
 
 // quantize replaces the model's linear layers with FP8 ones, as -fp8 says.
