@@ -31,3 +31,15 @@ func TestRandomConfig(t *testing.T) {
 	_, err = randomConfig(filepath.Join(dir, "missing.json"))
 	require.ErrorContains(t, err, "-config")
 }
+
+// The shapes under bench/shapes are configs -config takes.
+func TestShapes(t *testing.T) {
+	paths, err := filepath.Glob("../../bench/shapes/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	for _, path := range paths {
+		cfg, err := randomConfig(path)
+		require.NoError(t, err, path)
+		require.Equal(t, cfg.VocabSize-1, cfg.MaskTokenID, path)
+	}
+}
