@@ -77,7 +77,8 @@ func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch 
 
 // FP8 products of more than 16 rows run our GEMV on the bytes with a Dot tile of their
 // rows, up to 64: at batch 8 a 4-token window's 32 rows run every FP8 layer so (with
-// tiles the fixtures' small weights fit), at batch 32 (128 rows) none does.
+// tiles the fixtures' small weights fit), its K loop split as TestSplitKInModels finds
+// at 4 rows; at batch 32 (128 rows) none does.
 func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
 	defer setFittingFP8Tiles()()
 	b, err := hlo.NewBuildOnlyWith("triton=gemv")
@@ -91,6 +92,7 @@ func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
 			require.Equal(t, 4*layers, tritonCallsWith(text, rows32), "a Dot tile of 32 rows")
 			dense, _ := denseDots(text)
 			require.Equal(t, 1, dense, "only the head's product is XLA's")
+			requireSplitProducts(t, text, layers)
 
 			text, _ = windowTextOf(t, b, dir, 32, 4, true, quantize)
 			require.Zero(t, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "128 rows: XLA's products")
@@ -195,27 +197,28 @@ func TestTritonNormFP8InModels(t *testing.T) {
 }
 
 // FP8 products of 2 to 64 rows split their K loop (splitK): with tiles the fixtures
-// fit, the FP8 layers of a 4-row window (the Dot tile of DotRows rows) and of a 32-row
-// one (8 rows of 4 tokens: the many-rows tile of 32), whose K holds two of the tile's
-// steps (qkv, o and gate/up at K 64; down too where its K is 192), run split programs,
-// whose partial sums a reduction adds.
+// fit, the FP8 layers of a 4-row window (the Dot tile of DotRows rows; a 32-row one's
+// many-rows tile in TestTritonGEMVFP8ManyRowsInModels) run split programs.
 func TestSplitKInModels(t *testing.T) {
 	defer setFittingFP8Tiles()()
 	b, err := hlo.NewBuildOnlyWith("triton=gemv")
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {
-		for _, batch := range []int{1, 8} {
-			t.Run(fmt.Sprintf("%s/batch_%d", filepath.Base(dir), batch), func(t *testing.T) {
-				text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
-				split := tritonCallsWith(text, "%pidk = arith.remsi")
-				require.GreaterOrEqual(t, split, 3*layers, "split products")
-				require.LessOrEqual(t, split, 4*layers, "split products")
-				require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
-				if batch == 8 {
-					require.Equal(t, 4*layers, tritonCallsWith(text, "tt.dot %xv, %wb, %a : tensor<32x32xbf16>"), "every FP8 layer a Dot tile of 32 rows")
-				}
-			})
-		}
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			text, layers := windowTextOf(t, b, dir, 1, 4, true, quantize)
+			requireSplitProducts(t, text, layers)
+		})
 	}
+}
+
+// requireSplitProducts checks that the FP8 layers of a window's program text, whose K
+// holds two steps of the fitting tiles (qkv, o and gate/up at K 64; down too where its
+// K is 192), run split programs, whose partial sums a reduction adds.
+func requireSplitProducts(t *testing.T, text string, layers int) {
+	t.Helper()
+	split := tritonCallsWith(text, "%pidk = arith.remsi")
+	require.GreaterOrEqual(t, split, 3*layers, "split products")
+	require.LessOrEqual(t, split, 4*layers, "split products")
+	require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
 }
