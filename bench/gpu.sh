@@ -29,7 +29,9 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops) and fp8decode (its decoding at batch 1 and 8), explore
+# cores, split K loops), fp8decode (its decoding at batch 1 and 8) and fp8tiles (the FP8
+# tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding, MiniCPM-2B's
+# steps), explore
 # (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
@@ -252,6 +254,31 @@ fp8decode() {
     section "decoding: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only decode -batches 1,8 \
       -decode "fused quality, reveal-all" $a 2>&1 | grep -E '^fused|FP8' | grep -v compiled
+  done
+}
+
+fp8tiles() {
+  # FP8 and W8A8 tiles (~8 min): hlo's GPU tests of FP8 and W8A8 products and of the
+  # fixture models on them against XLA's product of the decoded weight, then MiniCPM5-2B's
+  # batch-1 steps in bf16, FP8 and W8A8, MiniCPM-2B's shape (bench -config; random
+  # weights) in bf16 and FP8, and fused decoding at batch 8 in bf16 and FP8.
+  section "FP8 and W8A8 products and fixture models against XLA's product of the decoded weight"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v \
+    -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/(fp8|w8a8)|TritonFoldModelsMatch/fp8|TritonNormModelsMatch' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|' | sort | uniq -c
+  local a config
+  for config in "" bench/shapes/minicpm-2b.json; do
+    for a in "" "-fp8 weight-only" "-fp8 w8a8"; do
+      [ -n "$config" ] && [ "$a" = "-fp8 w8a8" ] && continue
+      section "steps, ${config:-MiniCPM5-2B}: ${a:-bf16}"
+      GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench ${config:+-config $config} -only steps \
+        -steps denoise,fused,ar -iters 20 -capacity 528 $a 2>&1 </dev/null | grep -E 'device loop, per|rror' | grep -v compiled
+    done
+  done
+  for a in "" "-fp8 weight-only"; do
+    section "fused decoding at batch 8: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8 -decode "fused quality, reveal-all" \
+      $a 2>&1 </dev/null | grep -E '^fused|rror' | grep -v compiled
   done
 }
 

@@ -24,23 +24,23 @@ const maxGEMVRows = 8
 // the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md, ms per added
 // step). The AR step took 1.40 with 8 × 1024 bytes over 3 stages (runs ES and ET;
 // gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41). The Dot tile converts the
-// bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK): 64 ×
-// 256 over 3 stages and 8 warps gave the denoise and fused steps 1.733 and 1.785 (run
-// FE; 64 × 128: 1.783 and 1.814; 4 stages: 1.763 and 1.816; 2 stages: 1.847 and 1.865;
-// 32 × 256 with 8 warps: 2.256 and 2.192), against 1.894 and 1.890 with runs ES-FB's 32
-// × 512 over 3 stages and 4 warps (run FD: 64 × 512 with 8 warps 1.826 and 1.880, with 4
-// 1.958 and 2.015; 128 × 512 with 8: 2.103 and 2.155; run FC: 16 × 512 2.42 and 2.32,
-// 32 × 256 with 4 warps 2.02 and 1.98).
+// bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK): 128 ×
+// 128 over 3 stages and 8 warps gave the denoise and fused steps 1.662 and 1.758 against
+// 1.733 and 1.793 with run FE's 64 × 256 (run FH; 128 × 256: 1.722 and 1.798; 64 × 256
+// with 16 warps: 2.175 and 2.242; 64 × 512 over 2 stages: 1.922 and 1.951). Run FE: 64 ×
+// 256 against 1.894 and 1.890 with runs ES-FB's 32 × 512 over 3 stages and 4 warps (64
+// × 128: 1.783 and 1.814; 4 stages: 1.763 and 1.816; 32 × 256 with 8 warps: 2.256 and
+// 2.192; run FD: 64 × 512 with 8 warps 1.826 and 1.880; 128 × 512: 2.103 and 2.155).
 var (
 	fp8RowTile = triton.Tile{BN: 8, BK: 1024, Stages: 3}
-	fp8DotTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
+	fp8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 8, Dot: true}
 )
 
-// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 32 × 512 bytes over 3 stages
-// and 4 warps. Run FC: the denoise and fused steps took 1.949 and 1.935 with it, 2.074
-// and 2.078 with 8 warps, 1.993 and 1.958 at 32 × 256 (fp8DotTile's 64 × 256 with 8
-// warps is not measured for W8A8).
-var w8a8DotTile = triton.Tile{BN: 32, BK: 512, Stages: 3, Dot: true}
+// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 64 × 256 bytes over 3 stages
+// and 8 warps. Run FG: the denoise and fused steps took 1.767 and 1.829 with it against
+// 1.909 and 1.921 with runs EV-FF's 32 × 512 of 4 warps (64 × 128: 1.773 and 1.845; 64 ×
+// 512: 1.881 and 1.938; run FC: 32 × 512 of 8 warps 2.074 and 2.078).
+var w8a8DotTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
 
 // maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
@@ -55,18 +55,20 @@ const maxFP8RowsTileRows = 4
 const maxFP8Rows = 64
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
-// maxFP8Rows, its BM their rows rounded up to a power of two: 32 × 256 bytes over 3
-// stages (the one measured, run EW), its K loop split as fp8DotTile's is (run FD: fused
-// decoding at batch 8 took 264.3 ms against 277.0 unsplit; run FE: 269.3 against 276.8,
-// bf16 208.0).
-var fp8ManyRowsTile = triton.Tile{BN: 32, BK: 256, Stages: 3, Dot: true}
+// maxFP8Rows, its BM their rows rounded up to a power of two: 64 × 256 bytes over 3
+// stages and 8 warps, its K loop split as fp8DotTile's is. Run FH, fused decoding at
+// batch 8 (its fused steps' 64 rows): 246.8 ms against 269.7 with runs EW-FF's 32 × 256
+// of 4 warps (64 × 128 of 8 warps: 248.8; 32 × 256 of 8: 291.5; 32 × 512 asks more
+// shared memory than an SM has at 64 rows). Run FD: split, 264.3 against 277.0 unsplit.
+var fp8ManyRowsTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
 
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
 // GEMV reading the bytes beats XLA's product, which reads the decoded weight written
 // out by a kernel of its own: at one row with fp8RowTile, at 2 to DotRows rows with
-// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile (both with their K loop split,
-// splitK), each where it divides W (as measured: pipelined over its stages even where
-// the K loop is shorter), else with gemvTile's up to maxFP8RowsTileRows.
+// fp8DotTile, up to maxFP8Rows with fp8ManyRowsTile (both fitted to W, fitDotTile, and
+// with their K loop split, splitK), each where it divides W (as measured: pipelined
+// over its stages even where the K loop is shorter), else with gemvTile's up to
+// maxFP8RowsTileRows.
 func fp8Tile(m, n, k int) (triton.Tile, bool) {
 	t := fp8DotTile
 	switch {
@@ -78,6 +80,9 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		t = fp8ManyRowsTile
 		t.BM = 1 << bits.Len(uint(m-1))
 	}
+	if t.Dot {
+		t = fitDotTile(t, n, k)
+	}
 	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) == nil {
 		if m > 1 {
 			t = splitK(t, m, n, k)
@@ -88,6 +93,22 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 		return gemvTile(m, n, k)
 	}
 	return triton.Tile{}, false
+}
+
+// fitDotTile returns Dot tile t with its K step and then its W rows halved until they
+// divide W [n, k], down to 32 and 16, so that shapes the measured tiles do not divide
+// keep our kernel on the bytes instead of XLA's product of the decoded weight.
+// MiniCPM-2B's down projection (K 5760, 22.5 steps of 256), run FI, ms per added step:
+// its denoise and fused steps took 2.935 and 2.886 with run FE's 64 × 256 fitted to 64 ×
+// 128 against 4.071 and 3.204 unfitted (bf16: 2.372 and 2.444).
+func fitDotTile(t triton.Tile, n, k int) triton.Tile {
+	for t.BK > 32 && k%t.BK != 0 {
+		t.BK /= 2
+	}
+	for t.BN > 16 && n%t.BN != 0 {
+		t.BN /= 2
+	}
+	return t
 }
 
 // minGEMVStep is the smallest K step of a GEMV tile: 16 bf16, 32 bytes of each row of W.
@@ -269,18 +290,23 @@ func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(ou
 // 1.904, against 1.890 and 1.879).
 const minSplitPrograms = 264
 
-// splitK returns Dot tile t with its K loop split over the fewest programs per W tile,
-// a power of two, that give minSplitPrograms in all, as far as K divides (each program
-// sums K/Split of it into float32 partial sums that splitProduct adds up); t itself
-// where W [n, k] has as many tiles already or K does not divide. FP8 weights of 2 to
-// maxFP8Rows rows are read so, whose few W tiles (32 to 80 at MiniCPM5-2B's qkv, o and
-// down) leave most of the SMs idle otherwise. Run EZ, ms per added step: the denoise /
-// fused steps with FP8 weights 1.908 / 1.884 against 2.255 / 2.143 unsplit, W8A8 (run
-// FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same run: 1.988 / 2.054.
+// splitK returns Dot tile t with its K loop split over the fewest programs per W tile
+// that give minSplitPrograms in all, a divisor of K's steps (the most of them where none
+// gives as many), each program summing its share of K into float32 partial sums that
+// splitProduct adds up; t itself where W [n, k] has as many tiles already or K is one
+// step. FP8 weights of 2 to maxFP8Rows rows are read so, whose few W tiles (16 to 40 at
+// MiniCPM5-2B's qkv, o and down) leave most of the SMs idle otherwise. Run EZ, ms per
+// added step: the denoise / fused steps with FP8 weights 1.908 / 1.884 against 2.255 /
+// 2.143 unsplit, W8A8 (run FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same
+// run: 1.988 / 2.054. Those splits were powers of two; other divisors serve K of an odd
+// count of steps, as MiniCPM-2B's down projection has (45 steps of 128).
 func splitK(t triton.Tile, m, n, k int) triton.Tile {
+	tiles, steps := n/t.BN, k/t.BK
 	split := 1
-	for n/t.BN*split < minSplitPrograms && k%(t.BK*split*2) == 0 {
-		split *= 2
+	for d := 2; d <= steps && tiles*split < minSplitPrograms; d++ {
+		if steps%d == 0 {
+			split = d
+		}
 	}
 	s := t
 	s.Split = split

@@ -84,10 +84,9 @@ func TestGEMVOutput(t *testing.T) {
 }
 
 // FP8 products of 1 row take fp8RowTile, of 2 to 16 rows the tensor-core tile and of
-// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, both with
-// their K loop split as splitK does, where they divide W (3 stages over MiniCPM5-2B's
-// steps of K, as measured), and gemvTile's up to 4 rows where they do not (the
-// fixtures' small weights); none past that.
+// up to 64 rows fp8ManyRowsTile of their rows rounded up to a power of two, both fitted
+// to W and with their K loop split as splitK does (3 stages over MiniCPM5-2B's steps of
+// K, as measured), and gemvTile's up to 4 rows where no Dot tile fits; none past that.
 func TestFP8Tile(t *testing.T) {
 	many := func(rows, split int) triton.Tile {
 		t := fp8ManyRowsTile
@@ -99,56 +98,89 @@ func TestFP8Tile(t *testing.T) {
 		t.Split = n
 		return t
 	}
+	fixture := triton.Tile{BN: 64, BK: 64, Stages: 3, Warps: 8, Dot: true}
 	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
-		{2, 2560, 2048, split(8), true},                                 // its qkv: 40 W tiles
-		{4, 2048, 6144, split(8), true},                                 // its down, denoise step: 32, K of 24 steps
-		{8, 2560, 2048, split(8), true},                                 // its qkv, fused step
-		{8, 12288, 2048, split(2), true},                                // its gate/up: 192 W tiles
-		{4, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
-		{8, 192, 64, triton.Tile{}, false},
-		{12, 2560, 2048, split(8), true},
-		{17, 2560, 2048, many(32, 4), true},  // 80 W tiles of 32
-		{32, 2560, 2048, many(32, 4), true},  // denoise steps at batch 8
-		{40, 2048, 6144, many(64, 8), true},  // 64 W tiles, K of 24 steps
-		{64, 2560, 2048, many(64, 4), true},  // fused steps at batch 8
-		{64, 12288, 2048, many(64, 0), true}, // gate/up: 384 W tiles already
+		{2, 2560, 2048, split(16), true},                                // its qkv: 20 W tiles
+		{4, 2048, 6144, split(24), true},                                // its down, denoise step: 16, K of 48 steps
+		{8, 2560, 2048, split(16), true},                                // its qkv, fused step
+		{8, 12288, 2048, split(4), true},                                // its gate/up: 96 W tiles
+		{4, 192, 64, fixture, true},                                     // the fixtures', fitted
+		{8, 192, 64, fixture, true},
+		{8, 2304, 5760, split(15), true}, // MiniCPM-2B's down: 18 W tiles, K of 45 steps
+		{12, 2560, 2048, split(16), true},
+		{17, 2560, 2048, many(32, 8), true},  // 40 W tiles of 64
+		{32, 2560, 2048, many(32, 8), true},  // denoise steps at batch 8
+		{40, 2048, 6144, many(64, 12), true}, // 32 W tiles, K of 24 steps
+		{64, 2560, 2048, many(64, 8), true},  // fused steps at batch 8
+		{64, 12288, 2048, many(64, 2), true}, // gate/up: 192 W tiles
+		{64, 2304, 5760, triton.Tile{BM: 64, BN: 64, BK: 128, Stages: 3, Warps: 8, Dot: true, Split: 9}, true}, // MiniCPM-2B's down, fitted: 36 W tiles
 		{65, 2560, 2048, triton.Tile{}, false},
-		{32, 192, 64, triton.Tile{}, false},
+		{32, 192, 64, triton.Tile{BM: 32, BN: 64, BK: 64, Stages: 3, Warps: 8, Dot: true}, true},
+		{8, 48, 160, triton.Tile{BN: 16, BK: 32, Stages: 3, Warps: 8, Dot: true, Split: 5}, true}, // fitted to the floor
+		{8, 40, 160, triton.Tile{}, false},                                                        // no BN of 16 or more divides N
 	})
+}
+
+// fitDotTile halves a Dot tile's K step, then its W rows, until they divide W, down
+// to 32 and 16.
+func TestFitDotTile(t *testing.T) {
+	tile := triton.Tile{BN: 128, BK: 256, Stages: 3, Dot: true}
+	fitted := func(bn, bk int) triton.Tile {
+		t := tile
+		t.BN, t.BK = bn, bk
+		return t
+	}
+	for _, c := range []struct {
+		n, k int
+		want triton.Tile
+	}{
+		{2560, 2048, tile},             // divides already
+		{2304, 5760, fitted(128, 128)}, // K of 22.5 steps of 256
+		{192, 64, fitted(64, 64)},
+		{40, 24, fitted(16, 32)}, // the floors, whether or not they divide
+	} {
+		require.Equal(t, c.want, fitDotTile(tile, c.n, c.k), "%+v", c)
+	}
 }
 
 // W8A8 products of 2 to 8 rows take w8a8DotTile, its K loop split, where it divides W;
 // none otherwise.
 func TestW8A8Tile(t *testing.T) {
-	split4 := w8a8DotTile
-	split4.Split = 4
-	requireTiles(t, w8a8Tile, []tileCase{
-		{1, 2560, 2048, triton.Tile{}, false},
-		{2, 2560, 2048, split4, true},
-		{8, 2048, 6144, split4, true},
-		{8, 12288, 2048, w8a8DotTile, true},
-		{9, 2560, 2048, triton.Tile{}, false},
-		{4, 192, 64, triton.Tile{}, false},
-	})
-}
-
-// splitK doubles a Dot tile's split until W's tiles times it reach minSplitPrograms or
-// K stops dividing; none where W has as many tiles already or K is one step (here
-// w8a8DotTile, 32 × 512).
-func TestSplitK(t *testing.T) {
 	split := func(n int) triton.Tile {
 		t := w8a8DotTile
 		t.Split = n
 		return t
 	}
-	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(w8a8DotTile, m, n, k), true }, []tileCase{
-		{4, 2560, 2048, split(4), true},     // MiniCPM5-2B's qkv: 80 W tiles
-		{4, 2048, 2048, split(4), true},     // o: 64, 256 programs, K of 4 steps
-		{4, 2048, 6144, split(4), true},     // down: 64, K of 12 steps
-		{4, 12288, 2048, w8a8DotTile, true}, // gate/up: 384 already
-		{4, 2560, 512, w8a8DotTile, true},   // K of one step
-		{8, 2560, 3072, split(2), true},     // K of 6 steps: halves, not quarters
+	requireTiles(t, w8a8Tile, []tileCase{
+		{1, 2560, 2048, triton.Tile{}, false},
+		{2, 2560, 2048, split(8), true},
+		{8, 2048, 6144, split(12), true},
+		{8, 12288, 2048, split(2), true},
+		{9, 2560, 2048, triton.Tile{}, false},
+		{4, 192, 64, triton.Tile{}, false},
+	})
+}
+
+// splitK splits a Dot tile's K loop over the fewest of its steps' divisors that give
+// minSplitPrograms with W's tiles, the most of them where none does; none where W has
+// as many tiles already or K is one step.
+func TestSplitK(t *testing.T) {
+	tile := triton.Tile{BN: 32, BK: 512, Stages: 3, Dot: true}
+	split := func(n int) triton.Tile {
+		t := tile
+		t.Split = n
+		return t
+	}
+	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(tile, m, n, k), true }, []tileCase{
+		{4, 2560, 2048, split(4), true},    // MiniCPM5-2B's qkv: 80 W tiles
+		{4, 2048, 2048, split(4), true},    // o: 64, 256 programs, K of 4 steps
+		{4, 2048, 6144, split(6), true},    // down: 64, K of 12 steps
+		{4, 12288, 2048, tile, true},       // gate/up: 384 already
+		{4, 2560, 512, tile, true},         // K of one step
+		{8, 2560, 3072, split(6), true},    // K of 6 steps: 3 give 240 programs, 6 give 480
+		{8, 2304, 2560, split(5), true},    // 72 W tiles, K of 5 steps: 360 programs
+		{8, 2304, 7 * 512, split(7), true}, // a prime count of steps
 	})
 }

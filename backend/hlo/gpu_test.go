@@ -509,9 +509,9 @@ func setFittingFP8Tiles() (restore func()) {
 // their linear layers quantized to FP8 (package quant's defaults: per-channel scales,
 // weights decoded by its table), whose GEMVs read the weight bytes themselves (fp8.go)
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
-// value and sum in float32, in another order. FP8 runs once with the default tiles (the
-// fixtures' weights fit gemvTile's up to 4 rows, no tile past that), once with tiles they
-// fit (setFittingFP8Tiles: the 32-token window's products run a Dot tile of 32 rows). So
+// value and sum in float32, in another order. FP8 runs once with the default tiles (fitted
+// to the fixtures' weights up to 16 rows, fitDotTile; none past that), once with tiles
+// they fit (setFittingFP8Tiles: the 32-token window's products run a Dot tile of 32 rows). So
 // do the models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
 // on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16.
 func TestTritonGEMVModelsMatch(t *testing.T) {
