@@ -23,8 +23,9 @@ import (
 // each as its E4M3FN value; the Gather is then left unused, for XLA to remove. Where
 // the input is a W8A8 layer's, quantized to bytes the same table decodes, a product of
 // 2 to 8 rows multiplies both as FP8 on the tensor cores (w8a8Tile). Products of 2 to
-// 64 rows split their K loop over more programs (splitK), since their weights have too
-// few tiles to fill the GPU's SMs.
+// 64 rows run on tensor-core tiles fitted to the weight's shape (fitDotTile) and split
+// their K loop over more programs (splitK), since their weights have too few tiles to
+// fill the GPU's SMs.
 
 // e4m3TableSize is the entries of a decoding table: one per byte.
 const e4m3TableSize = 256
