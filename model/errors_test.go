@@ -98,3 +98,12 @@ func TestBadInputs(t *testing.T) {
 	_, err = m.NewSession(m.Config.MaxPositionEmbeddings+1, 4)
 	require.ErrorContains(t, err, "exceeds max_position_embeddings")
 }
+
+// A model whose weights were made only in part, as NewRandom or Load leave one that
+// fails half way before closing it, closes without error.
+func TestCloseOfPartialModel(t *testing.T) {
+	m := newModel(testutil.Backend(t), benchConfig(), dtypes.Float32)
+	m.Layers = []Layer{{QKV: &Dense{}, O: &Dense{}, GateUp: &Dense{}, Down: &Dense{}}}
+	m.Head = &Dense{}
+	require.NoError(t, m.Close())
+}

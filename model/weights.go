@@ -96,13 +96,15 @@ func (m *Model) Linears() []NamedLinear {
 	return out
 }
 
-// params lists every device tensor the forward pass reads, each once, in a fixed order.
+// params lists every device tensor the forward pass reads, each once, in a fixed order;
+// of a model whose weights were made only in part (NewRandom or Load failing half way,
+// then Close), those it has.
 func (m *Model) params() []*tensors.Tensor {
 	seen := map[*tensors.Tensor]bool{}
 	var list []*tensors.Tensor
 	add := func(ts ...*tensors.Tensor) {
 		for _, t := range ts {
-			if !seen[t] {
+			if t != nil && !seen[t] {
 				seen[t] = true
 				list = append(list, t)
 			}
