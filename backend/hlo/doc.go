@@ -24,8 +24,9 @@
 // attention of bfloat16 decoding windows over their cache as our own split-key Triton
 // kernel and a second one that combines its splits, at every batch size, and
 // "triton=fold", which folds the norms, SwiGLU and residual adds around one-row
-// products, bfloat16 or FP8, into those GEMVs (fold.go), and "triton=pdl", which launches our kernels under programmatic dependent
-// launch where the device has compute capability 9.0 or later, "triton=rope", which has
+// products, bfloat16 or FP8, into those GEMVs (fold.go), and "triton=pdl", which
+// launches our kernels under programmatic dependent launch where the device has
+// compute capability 9.0 or later, "triton=rope", which has
 // our attention kernel rotate one-token windows' queries itself (rope.go),
 // "triton=norm", which runs the RMSNorms of several rows, with the residual add before
 // them, as our own kernel (norm.go), and "triton=place", which has our attention kernel

@@ -398,9 +398,9 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 // float32 (ApplyFloat32) to 1e-4 of the largest output: at 1, 4, 8, 32 and 64 rows,
 // which take the row tile, the Dot tile and the Dot tiles of 32 and 64 rows on the
 // weight's bytes, weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes
-// too, FP8 × FP8 on the tensor cores, where W8A8's tile divides W: not at K 5760). Both sides
-// multiply exact E4M3 values, whose products float32 holds exactly, and differ only in
-// the order of the float32 sums: sums carried in less than float32 (as FP8 tensor
+// too, FP8 × FP8 on the tensor cores, where W8A8's tile divides W: not at K 5760).
+// Both sides multiply exact E4M3 values, whose products float32 holds exactly, and
+// differ only in the order of the float32 sums: sums carried in less than float32 (as FP8 tensor
 // cores can) would fail it. The lowering is checked first, on a build-only backend, so
 // that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
@@ -515,10 +515,10 @@ func setFittingFP8Tiles() (restore func()) {
 // their linear layers quantized to FP8 (package quant's defaults: per-channel scales,
 // weights decoded by its table), whose GEMVs read the weight bytes themselves (fp8.go)
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
-// value and sum in float32, in another order. FP8 runs once with the default tiles (fitted
-// to the fixtures' weights up to 16 rows, fitDotTile; none past that), once with tiles
-// they fit (setFittingFP8Tiles: the 32-token window's products run a Dot tile of 32 rows). So
-// do the models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
+// value and sum in float32, in another order. FP8 runs once with the default tiles
+// (fitted to the fixtures' weights, fitDotTile: the 32-token window's products run a
+// Dot tile of 32 rows), once with the smaller tiles of setFittingFP8Tiles. So do the
+// models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
 // on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16.
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)

@@ -5,10 +5,10 @@
 //
 // By default it builds the MiniCPM5-2B shape with random weights, so no checkpoint is
 // needed; -config builds the shape of another config.json so (a checkpoint's, without
-// its weights; bench/shapes has MiniCPM-2B's), and -model runs a real one. With random weights confidences mean nothing, so the
-// decoding figures use forced schedules: reveal-all (every mask at once, anchor
-// guesses accepted: an upper bound) and reveal-min (the preset's minimum per step: a
-// lower bound).
+// its weights; bench/shapes has MiniCPM-2B's), and -model runs a real one. With random
+// weights confidences mean nothing, so the decoding figures use forced schedules:
+// reveal-all (every mask at once, anchor guesses accepted: an upper bound) and
+// reveal-min (the preset's minimum per step: a lower bound).
 //
 //	go run ./examples/bench -only steps,prefill,decode -batches 1,8,64
 //
