@@ -83,7 +83,8 @@ func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 		t.Run(fmt.Sprintf("capacity%d", c.capacity), func(t *testing.T) {
 			for w := 1; w <= 2*block; w++ { // the widest window is the 2-block prefill
 				require.Equal(t, c.concat, concatenates(m.CacheShape(1, c.capacity), w), "window of %d", w)
-				require.Equal(t, c.concat && w == 1, inOwnSlot(m.CacheShape(1, c.capacity), w), "window of %d", w)
+				require.Equal(t, c.concat && w == 1, inOwnSlot(m.CacheShape(1, c.capacity), w, false), "window of %d", w)
+				require.Equal(t, w == 1, inOwnSlot(m.CacheShape(1, c.capacity), w, true), "window of %d where the backend places it", w)
 			}
 			requireCachedMatchesFull(t, m, seq, 2*block+1, c.capacity, block)
 			requireCachedMatchesFull(t, m, seq, 3, c.capacity, 1) // one-token windows
@@ -92,13 +93,25 @@ func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 }
 
 // One-token windows over a small cache attend over a copy of it holding their own key
-// (see [inOwnSlot]) on backends that fuse elementwise work; forced here on any backend
-// (a fresh model: programs are cached per model), they give the full forward's logits.
+// (see [inOwnSlot]) on backends that fuse elementwise work, and over a cache of any
+// size at batch 1 where the backend places windows; forced here on any backend (a
+// fresh model each: programs are cached per model), they give the full forward's
+// logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096 slots is
+// past concatMaxBytes.
 func TestCachedPathOwnSlot(t *testing.T) {
-	m := randomModel(t, prefillConfig(), 3)
-	m.fusesAnywhere = true
-	require.True(t, inOwnSlot(m.CacheShape(1, 32), 1))
-	requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, 32, 1)
+	cfg := prefillConfig()
+	cfg.MaxPositionEmbeddings = 4096
+	for _, c := range []struct {
+		capacity int
+		places   bool
+	}{{32, false}, {4096, true}} {
+		t.Run(fmt.Sprintf("capacity%d", c.capacity), func(t *testing.T) {
+			m := randomModel(t, cfg, 3)
+			m.fusesAnywhere, m.placesWindowsAnywhere = true, c.places
+			require.True(t, inOwnSlot(m.CacheShape(1, c.capacity), 1, c.places))
+			requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, c.capacity, 1)
+		})
+	}
 }
 
 // testSequence is n token ids spread over the vocabulary.
@@ -223,7 +236,7 @@ func TestInSlotsAtBatch2(t *testing.T) {
 		}},
 	} {
 		t.Run(fmt.Sprintf("window%d", c.w), func(t *testing.T) {
-			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w))
+			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w, true))
 			requireInSlotsMatchFull(t, m, seqs, c.capacity, c.w, c.block, c.calls)
 		})
 	}

@@ -729,7 +729,10 @@ func TestTritonPlaceModelsMatch(t *testing.T) {
 // groups). A random-weight model of that shape with two layers gives, with what
 // blockdiff picks on CUDA, the plain backend's logits for a window across two splits
 // of keys (slots 30 to 33, splits of 32) and one inside a split whose later slots hold
-// stale keys, hidden. The tolerance is TestTritonGEMVModelsMatch's.
+// stale keys, hidden; and for commits of one token over 4608 slots, past the model's
+// copy bound, which take their own slot with the option and two products over cache
+// and window apart without it (TestTritonPlacePastCopyBound), the second reading the
+// key the first wrote. The tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonPlaceWideHeadsMatch(t *testing.T) {
 	plain, _ := backends(t)
 	lowered, err := hlo.WithOptions(plain.(*hlo.Backend),
@@ -741,7 +744,7 @@ func TestTritonPlaceWideHeadsMatch(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = int32(testTokens[i%len(testTokens)] + i)
 	}
-	names := []string{"window at slot 30", "window at slot 16"}
+	names := []string{"window at slot 30", "window at slot 16", "commit of 1 at slot 30 of 4608", "commit of 1 at slot 31 of 4608"}
 	var embeds [][]bfloat16.BFloat16
 	forward := func(b compute.Backend) [][][]float32 {
 		m, err := model.NewRandom(b, cfg, dtypes.BFloat16, 7)
@@ -755,6 +758,14 @@ func TestTritonPlaceWideHeadsMatch(t *testing.T) {
 		var all [][][]float32
 		for _, start := range []int32{30, 16} {
 			rows, err := window([]int32{5, 9, 17, 511}, start, false)
+			require.NoError(t, err)
+			all = append(all, rows)
+		}
+		past := batch1Windows(t, m, 4608)
+		_, err = past(prompt, 0, true)
+		require.NoError(t, err)
+		for i, token := range []int32{5, 9} {
+			rows, err := past([]int32{token}, int32(len(prompt)+i), true)
 			require.NoError(t, err)
 			all = append(all, rows)
 		}

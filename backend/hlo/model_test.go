@@ -5,6 +5,7 @@ package hlo_test
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/blockdiff/blockdiff/internal/fixtures"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
+	"github.com/blockdiff/blockdiff/safetensors"
 )
 
 // programText compiles build over inputs as a program of m and returns its StableHLO.
@@ -365,4 +367,77 @@ func TestTritonNormInModels(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A one-token window at batch 1 over a cache too large to copy (2 key/value heads of
+// 128 over 4608 slots, MiniCPM5-2B's past 4095: past the model's copy bound) still
+// takes its own slot where our attention kernel places windows (triton=place): the
+// kernel takes its key and value from the qkv product's rows in every layer, where the
+// options without it attend over cache and window apart (two products, XLA's).
+func TestTritonPlacePastCopyBound(t *testing.T) {
+	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
+	const layers, capacity = 2, 4608
+	dir := zeroCheckpoint(t, layers)
+	for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
+		b, err := hlo.NewBuildOnlyWith(options)
+		require.NoError(t, err)
+		m, err := model.Load(b, dir, model.LoadOptions{})
+		require.NoError(t, err)
+		inputs := []shapes.Shape{i32(1, 1), i32(1)}
+		for range 2 * layers {
+			inputs = append(inputs, m.CacheShape(1, capacity))
+		}
+		text := programText(t, m, "commit of 1", inputs, func(w *model.Weights, in []*Node) []*Node {
+			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 1, WriteLen: OnesLike(in[1])}
+			out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+			return append([]*Node{out}, cache.Nodes()...)
+		})
+		require.NoError(t, m.Close())
+		if strings.HasSuffix(options, "place") {
+			require.Equal(t, layers, tritonCallsWith(text, placing), options)
+			require.Equal(t, layers, tritonCallsWith(text, "tt.func public @attention("), options+": our attention over the cache")
+		} else {
+			require.Empty(t, tritonCalls(text), options)
+			require.Len(t, opTexts(text, "dot_general"), layers*(4+4)+1, options+": per layer qkv, o, gate-up, down and two score and two value products; the head")
+		}
+	}
+}
+
+// zeroCheckpoint writes a Llama checkpoint of the given layers whose weights are all
+// zero, for programs built only: hidden 256, 2 query and 2 key/value heads of 128,
+// FFN 256, vocab 512, untied.
+func zeroCheckpoint(t *testing.T, layers int) string {
+	t.Helper()
+	dir := t.TempDir()
+	const hidden, heads, d, ffn, vocab = 256, 2, 128, 256, 512
+	config := fmt.Sprintf(`{"architectures": ["LlamaForCausalLM"], "vocab_size": %d, "hidden_size": %d,
+  "intermediate_size": %d, "num_hidden_layers": %d, "num_attention_heads": %d, "num_key_value_heads": %d,
+  "head_dim": %d, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+  "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}`,
+		vocab, hidden, ffn, layers, heads, heads, d)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(config), 0o644))
+	var w safetensors.Writer
+	add := func(name string, dims ...int) {
+		n := 2 // bytes of a bfloat16
+		for _, d := range dims {
+			n *= d
+		}
+		require.NoError(t, w.Add(name, safetensors.BF16, dims, make([]byte, n)))
+	}
+	add("model.embed_tokens.weight", vocab, hidden)
+	add("model.norm.weight", hidden)
+	add("lm_head.weight", vocab, hidden)
+	for l := range layers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		for _, n := range []string{"q", "k", "v", "o"} {
+			add(p+"self_attn."+n+"_proj.weight", heads*d, hidden)
+		}
+		add(p+"mlp.gate_proj.weight", ffn, hidden)
+		add(p+"mlp.up_proj.weight", ffn, hidden)
+		add(p+"mlp.down_proj.weight", hidden, ffn)
+		add(p+"input_layernorm.weight", hidden)
+		add(p+"post_attention_layernorm.weight", hidden)
+	}
+	require.NoError(t, w.WriteFile(filepath.Join(dir, "model.safetensors")))
+	return dir
 }
