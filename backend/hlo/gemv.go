@@ -25,7 +25,9 @@ const maxGEMVRows = 8
 // step). The AR step took 1.40 with 8 × 1024 bytes over 3 stages (runs ES and ET;
 // gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41). The Dot tile converts the
 // bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK): 128 ×
-// 128 over 3 stages and 8 warps gave the denoise and fused steps 1.662 and 1.758 against
+// 128 over 3 stages and 4 warps gave the denoise and fused steps 1.650 and 1.728 against
+// 1.661 and 1.753 with 8 warps (run FL; 4 stages of 8 warps: 1.702 and 1.785; 128 × 64:
+// 1.760 and 1.848; 256 × 128: 1.841 and 1.950); 8 warps gave 1.662 and 1.758 against
 // 1.733 and 1.793 with run FE's 64 × 256 (run FH; 128 × 256: 1.722 and 1.798; 64 × 256
 // with 16 warps: 2.175 and 2.242; 64 × 512 over 2 stages: 1.922 and 1.951). Run FE: 64 ×
 // 256 against 1.894 and 1.890 with runs ES-FB's 32 × 512 over 3 stages and 4 warps (64
@@ -33,14 +35,15 @@ const maxGEMVRows = 8
 // 2.192; run FD: 64 × 512 with 8 warps 1.826 and 1.880; 128 × 512: 2.103 and 2.155).
 var (
 	fp8RowTile = triton.Tile{BN: 8, BK: 1024, Stages: 3}
-	fp8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 8, Dot: true}
+	fp8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 4, Dot: true}
 )
 
-// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 64 × 256 bytes over 3 stages
-// and 8 warps. Run FG: the denoise and fused steps took 1.767 and 1.829 with it against
+// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 128 × 128 bytes over 3
+// stages and 8 warps. Run FM: the denoise and fused steps took 1.729 and 1.820 with it
+// against 1.793 and 1.835 with run FG's 64 × 256, which gave 1.767 and 1.829 against
 // 1.909 and 1.921 with runs EV-FF's 32 × 512 of 4 warps (64 × 128: 1.773 and 1.845; 64 ×
 // 512: 1.881 and 1.938; run FC: 32 × 512 of 8 warps 2.074 and 2.078).
-var w8a8DotTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
+var w8a8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 8, Dot: true}
 
 // maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
 // tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
@@ -285,10 +288,15 @@ func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(ou
 	return stablehlo.Convert(y, out)
 }
 
-// minSplitPrograms is the programs splitK asks of a GEMV: two per SM of the H200's 132
-// (run FC: 528 and 132 gave the denoise and fused steps 1.890 and 1.929, 1.944 and
-// 1.904, against 1.890 and 1.879).
-const minSplitPrograms = 264
+// minSplitPrograms is the programs splitK asks of a GEMV: about two per SM of the
+// H200's 132 (run FC: 528 and 132 gave the denoise and fused steps 1.890 and 1.929,
+// 1.944 and 1.904, against 1.890 and 1.879 with 264). 256 rather than 264, so that
+// MiniCPM5-2B's down projection (32 W tiles of 64 rows, K of 24 steps of 256) splits 8
+// ways, not 12: runs FL and FM, fused decoding at batch 8 with FP8 weights 242.7 ms
+// against 252.7, W8A8's denoise and fused steps 1.767 and 1.808 against 1.793 and
+// 1.835. Of the shapes measured, only that projection's split changes (with 128 ×
+// 128 tiles: 16 ways, not 24).
+const minSplitPrograms = 256
 
 // splitK returns Dot tile t with its K loop split over the fewest programs per W tile
 // that give minSplitPrograms in all, a divisor of K's steps (the most of them where none

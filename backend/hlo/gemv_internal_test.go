@@ -98,12 +98,12 @@ func TestFP8Tile(t *testing.T) {
 		t.Split = n
 		return t
 	}
-	fixture := triton.Tile{BN: 64, BK: 64, Stages: 3, Warps: 8, Dot: true}
+	fixture := triton.Tile{BN: 64, BK: 64, Stages: 3, Warps: 4, Dot: true}
 	requireTiles(t, fp8Tile, []tileCase{
 		{1, 12288, 2048, triton.Tile{BN: 8, BK: 1024, Stages: 3}, true}, // MiniCPM5-2B's gate/up, AR step
 		{1, 192, 64, triton.Tile{BN: 8, BK: 64, Stages: 1}, true},       // the fixtures'
 		{2, 2560, 2048, split(16), true},                                // its qkv: 20 W tiles
-		{4, 2048, 6144, split(24), true},                                // its down, denoise step: 16, K of 48 steps
+		{4, 2048, 6144, split(16), true},                                // its down, denoise step: 16, K of 48 steps
 		{8, 2560, 2048, split(16), true},                                // its qkv, fused step
 		{8, 12288, 2048, split(4), true},                                // its gate/up: 96 W tiles
 		{4, 192, 64, fixture, true},                                     // the fixtures', fitted
@@ -112,13 +112,13 @@ func TestFP8Tile(t *testing.T) {
 		{12, 2560, 2048, split(16), true},
 		{17, 2560, 2048, many(32, 8), true},  // 40 W tiles of 64
 		{32, 2560, 2048, many(32, 8), true},  // denoise steps at batch 8
-		{40, 2048, 6144, many(64, 12), true}, // 32 W tiles, K of 24 steps
+		{40, 2048, 6144, many(64, 8), true},  // 32 W tiles, K of 24 steps
 		{64, 2560, 2048, many(64, 8), true},  // fused steps at batch 8
 		{64, 12288, 2048, many(64, 2), true}, // gate/up: 192 W tiles
 		{64, 2304, 5760, triton.Tile{BM: 64, BN: 64, BK: 128, Stages: 3, Warps: 8, Dot: true, Split: 9}, true}, // MiniCPM-2B's down, fitted: 36 W tiles
 		{65, 2560, 2048, triton.Tile{}, false},
 		{32, 192, 64, triton.Tile{BM: 32, BN: 64, BK: 64, Stages: 3, Warps: 8, Dot: true}, true},
-		{8, 48, 160, triton.Tile{BN: 16, BK: 32, Stages: 3, Warps: 8, Dot: true, Split: 5}, true}, // fitted to the floor
+		{8, 48, 160, triton.Tile{BN: 16, BK: 32, Stages: 3, Warps: 4, Dot: true, Split: 5}, true}, // fitted to the floor
 		{8, 40, 160, triton.Tile{}, false},                                                        // no BN of 16 or more divides N
 	})
 }
@@ -155,9 +155,9 @@ func TestW8A8Tile(t *testing.T) {
 	}
 	requireTiles(t, w8a8Tile, []tileCase{
 		{1, 2560, 2048, triton.Tile{}, false},
-		{2, 2560, 2048, split(8), true},
-		{8, 2048, 6144, split(12), true},
-		{8, 12288, 2048, split(2), true},
+		{2, 2560, 2048, split(16), true}, // 20 W tiles, K of 16 steps
+		{8, 2048, 6144, split(16), true}, // 16, K of 48
+		{8, 12288, 2048, split(4), true}, // 96
 		{9, 2560, 2048, triton.Tile{}, false},
 		{4, 192, 64, triton.Tile{}, false},
 	})
@@ -176,7 +176,7 @@ func TestSplitK(t *testing.T) {
 	requireTiles(t, func(m, n, k int) (triton.Tile, bool) { return splitK(tile, m, n, k), true }, []tileCase{
 		{4, 2560, 2048, split(4), true},    // MiniCPM5-2B's qkv: 80 W tiles
 		{4, 2048, 2048, split(4), true},    // o: 64, 256 programs, K of 4 steps
-		{4, 2048, 6144, split(6), true},    // down: 64, K of 12 steps
+		{4, 2048, 6144, split(4), true},    // down: 64, K of 12 steps
 		{4, 12288, 2048, tile, true},       // gate/up: 384 already
 		{4, 2560, 512, tile, true},         // K of one step
 		{8, 2560, 3072, split(6), true},    // K of 6 steps: 3 give 240 programs, 6 give 480
