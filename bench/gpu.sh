@@ -29,9 +29,9 @@
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
-# cores, split K loops), fp8decode (its decoding at batch 1 and 8) and fp8tiles (the FP8
-# tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding, MiniCPM-2B's
-# steps), explore
+# cores, split K loops), fp8decode (its decoding at batch 1 and 8), fp8tiles (the FP8
+# and W8A8 tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding), ownslot
+# (one-token windows past the copy bound: their check, AR steps), explore
 # (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
@@ -258,27 +258,43 @@ fp8decode() {
 }
 
 fp8tiles() {
-  # FP8 and W8A8 tiles (~7 min): hlo's GPU tests of FP8 and W8A8 products and of the
+  # FP8 and W8A8 tiles (~5 min): hlo's GPU tests of FP8 and W8A8 products and of the
   # fixture models on them against XLA's product of the decoded weight, then MiniCPM5-2B's
-  # batch-1 steps in bf16 and FP8, MiniCPM-2B's shape (bench -config; random weights)
-  # in bf16 and FP8, and fused decoding at batch 8 in bf16 and FP8. W8A8's steps, whose
-  # three programs compile in over 100 s (run FJ), are fp8gemv's.
+  # batch-1 steps in bf16, FP8 and W8A8 (denoise and fused: its AR step's program
+  # compiles for over 100 s, run FJ), and fused decoding at batch 8 in bf16 and FP8.
   section "FP8 and W8A8 products and fixture models against XLA's product of the decoded weight"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v \
     -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/(fp8|w8a8)|TritonFoldModelsMatch/fp8|TritonNormModelsMatch' 2>&1 |
     grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
-  local a config
-  for config in "" bench/shapes/minicpm-2b.json; do
-    for a in "" "-fp8 weight-only"; do
-      section "steps, ${config:-MiniCPM5-2B}: ${a:-bf16}"
-      GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench ${config:+-config $config} -only steps \
-        -steps denoise,fused,ar -iters 20 -capacity 528 $a 2>&1 </dev/null | grep -E 'device loop, per|rror' | grep -v compiled
-    done
+  local a steps
+  for a in "" "-fp8 weight-only" "-fp8 w8a8"; do
+    steps=denoise,fused,ar
+    [ "$a" = "-fp8 w8a8" ] && steps=denoise,fused
+    section "steps: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps $steps -iters 20 -capacity 528 $a \
+      2>&1 </dev/null | grep -E 'device loop, per|rror' | grep -v compiled
   done
   for a in "" "-fp8 weight-only"; do
     section "fused decoding at batch 8: ${a:-bf16}"
     GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8 -decode "fused quality, reveal-all" \
       $a 2>&1 </dev/null | grep -E '^fused|rror' | grep -v compiled
+  done
+}
+
+ownslot() {
+  # One-token windows at batch 1 in their own slot past the copy bound (~3 min): the
+  # wide-heads place test (commits over 4608 slots against the plain backend's two
+  # products), then AR steps where the cache is past the bound: MiniCPM5-2B's over 4608
+  # slots, MiniCPM-2B's shape over 528, bf16 and FP8.
+  section "one-token windows past the copy bound against the plain backend"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v -test.run 'TritonPlaceWideHeadsMatch' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  local args
+  for args in "-capacity 4608" "-config bench/shapes/minicpm-2b.json -capacity 528" \
+    "-config bench/shapes/minicpm-2b.json -capacity 528 -fp8 weight-only"; do
+    section "AR step: $args"
+    GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps ar -iters 20 $args \
+      2>&1 </dev/null | grep -E 'device loop, per|rror' | grep -v compiled
   done
 }
 
