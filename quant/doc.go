@@ -109,7 +109,7 @@
 // layer's products of 2 to 8 rows multiply its input's bytes by them on the FP8 tensor
 // cores); larger products, and the bit decoder's, decode the weight in XLA first, which
 // costs more than a bfloat16 weight would. At batch 1 on the H200 (BENCHMARKS.md, "FP8
-// on ours") the AR step with FP8 weights takes 0.84× bf16's time and the 4- and 8-token
-// steps 0.84× and 0.85× (W8A8: 0.88–0.90×); fused decoding at batch 8 takes 1.21× bf16's
+// on ours") the AR step with FP8 weights takes 0.83× bf16's time and the 4- and 8-token
+// steps 0.81× and 0.82× (W8A8: 0.86×); fused decoding at batch 8 takes 1.19× bf16's
 // time: FP8 saves memory there, and time at batch 1.
 package quant
