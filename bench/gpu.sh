@@ -22,7 +22,7 @@
 #
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
-# cost an execution), triton (bench/tritonprobe),
+# cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
 # on backend labels),
@@ -467,6 +467,17 @@ triton() {
   local rc=$?
   echo "tritonprobe: rc=$rc"
   [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe.err"
+}
+
+prefetch() {
+  # Does a kernel that asks L2 for a weight and returns at once (PTX's bulk or per-line
+  # prefetch) let XLA's 4-row GEMM after 0, 2 or 4 small dots read it from L2? qkv, o
+  # and down, 9 programs each (~1 min); XLA's messages go to tritonprobe-prefetch.err.
+  section "L2 prefetch before XLA's 4-row GEMMs (bench/tritonprobe -prefetch)"
+  timeout 200 .gpu/bin/tritonprobe -plugin "$plugin" -prefetch -shapes qkv,o,down -iters 50 2>"$OUT/tritonprobe-prefetch.err"
+  local rc=$?
+  echo "tritonprobe: rc=$rc"
+  [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-prefetch.err"
 }
 
 compare() {

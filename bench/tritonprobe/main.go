@@ -14,9 +14,11 @@
 // GPU). Every kernel is checked against XLA's dot of the same shapes and types, and
 // both are timed inside a While.
 // It prints one table row per shape and row count, and the GEMMs of one step summed
-// over the layers. It needs the GPU:
+// over the layers. With -prefetch it asks instead whether a kernel that prefetches a
+// weight into L2 speeds up XLA's GEMM of it after a few small kernels (prefetch.go).
+// It needs the GPU:
 //
-//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so
+//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch]
 //
 // A failing kernel prints one line on stdout and XLA's whole message on stderr.
 package main
@@ -46,6 +48,7 @@ var (
 	shapeList  = flag.String("shapes", "qkv,o,gate_up,down,head", "the weight shapes to time, comma-separated")
 	iters      = flag.Int("iters", 200, "While iterations per execution (each calls the GEMM once per copy of W)")
 	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
+	prefetch   = flag.Bool("prefetch", false, "run the L2 prefetch probe (prefetch.go) instead of the GEMV tiles'")
 )
 
 // layerShape is one of MiniCPM5-2B's weight matrices, W [n, k], and how many of them
@@ -106,7 +109,11 @@ func main() {
 		os.Exit(2)
 	}
 	if *printOnly {
-		printPrograms(run)
+		if *prefetch {
+			printPrefetchPrograms(run)
+		} else {
+			printPrograms(run)
+		}
 		return
 	}
 	if *pluginPath == "" {
@@ -119,7 +126,11 @@ func main() {
 	check("creating a client", err)
 	fmt.Println("plugin:", plugin)
 	ok := probeScale(client)
-	ok = probeGEMMs(client, run) && ok
+	if *prefetch {
+		ok = probePrefetch(client, run) && ok
+	} else {
+		ok = probeGEMMs(client, run) && ok
+	}
 	if !ok {
 		os.Exit(1)
 	}
