@@ -191,8 +191,10 @@ func (f *fusedMasks) additiveBias(heads int, dtype dtypes.DType) *Node {
 // attentionMask builds the block-causal mask within the window and the length mask of
 // the cache. Cache slots are earlier blocks, so all valid ones are visible. fuses is
 // whether the backend fuses elementwise work (see [inOwnSlot]), placesWindows whether
-// windows at batch 1 that write nothing attend over the cache holding their keys in
-// their slots too (see [inSlots]).
+// it places windows' keys and values itself (backend.PlacesWindows): then windows at
+// batch 1 that write nothing attend over the cache holding their keys in their slots
+// too (see [inSlots]), and one-token windows at batch 1 take their own slot over a
+// cache of any size (see [inOwnSlot]).
 func attentionMask(win Window, pos *Node, cache *CacheNodes, fuses, placesWindows bool) masks {
 	g := pos.Graph()
 	block := DivScalar(pos, float64(win.BlockSize)) // positions are non-negative: truncation is floor
