@@ -26,7 +26,10 @@ import (
 // with them. Each timed loop cycles through copies of W as gemmPrograms' do, and per
 // copy runs waits small dots over a resident matrix, then XLA's GEMM of W; with the
 // prefetch, a kernel first asks L2 for all of W (and copies x, which orders it before
-// the waits).
+// the waits). The PyTorch peer's AR step lost with bulk prefetches issued from its
+// attention kernel, whose CTAs did not retire before their prefetches (run O in
+// bench/pytorch/README.md), and from a kernel on a second stream (runs U, V): this
+// times a kernel of its own in the one stream, bulk and per line, at 4 rows.
 
 // prefetchWaits are the small dots run between the prefetch and the GEMM: a step's
 // layer has 2 to 5 small kernels before each GEMM.
