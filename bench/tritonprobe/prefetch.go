@@ -63,15 +63,13 @@ func (op prefetchOp) perProgram() int {
 // programs copies up to copyElems of x to y and asks L2 for its perProgram chunks of W
 // (bf16), one warp, one chunk per thread at a time.
 func prefetchTTIR(op prefetchOp, xElems, copyElems int) string {
-	return strings.NewReplacer("$C", fmt.Sprint(copyElems), "$XN", fmt.Sprint(xElems), "$Q", fmt.Sprint(op.perProgram()),
-		"$CHUNK", fmt.Sprint(op.chunk/2), "$PTX", op.ptx).Replace(`module {
+	// Longer marks first: at one position the Replacer takes the first that matches.
+	return strings.NewReplacer("$CRANGE", programRange("coff", copyElems), "$QRANGE", programRange("chunks", op.perProgram()),
+		"$CHUNK", fmt.Sprint(op.chunk/2), "$C", fmt.Sprint(copyElems), "$XN", fmt.Sprint(xElems), "$Q", fmt.Sprint(op.perProgram()),
+		"$PTX", op.ptx).Replace(`module {
   tt.func public @prefetch(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %y: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
     %pid = tt.get_program_id x : i32
-    %c = arith.constant $C : i32
-    %cbase = arith.muli %pid, %c : i32
-    %ci = tt.make_range {end = $C : i32, start = 0 : i32} : tensor<$Cxi32>
-    %cbs = tt.splat %cbase : i32 -> tensor<$Cxi32>
-    %coff = arith.addi %cbs, %ci : tensor<$Cxi32>
+$CRANGE
     %xn = arith.constant dense<$XN> : tensor<$Cxi32>
     %in = arith.cmpi slt, %coff, %xn : tensor<$Cxi32>
     %xs = tt.splat %x : !tt.ptr<bf16> -> tensor<$Cx!tt.ptr<bf16>>
@@ -81,11 +79,7 @@ func prefetchTTIR(op prefetchOp, xElems, copyElems int) string {
     %ys = tt.splat %y : !tt.ptr<bf16> -> tensor<$Cx!tt.ptr<bf16>>
     %yp = tt.addptr %ys, %coff : tensor<$Cx!tt.ptr<bf16>>, tensor<$Cxi32>
     tt.store %yp, %v, %in : tensor<$Cx!tt.ptr<bf16>>
-    %q = arith.constant $Q : i32
-    %qbase = arith.muli %pid, %q : i32
-    %qi = tt.make_range {end = $Q : i32, start = 0 : i32} : tensor<$Qxi32>
-    %qbs = tt.splat %qbase : i32 -> tensor<$Qxi32>
-    %chunks = arith.addi %qbs, %qi : tensor<$Qxi32>
+$QRANGE
     %size = arith.constant dense<$CHUNK> : tensor<$Qxi32>
     %eoff = arith.muli %chunks, %size : tensor<$Qxi32>
     %ws = tt.splat %w : !tt.ptr<bf16> -> tensor<$Qx!tt.ptr<bf16>>
@@ -95,6 +89,15 @@ func prefetchTTIR(op prefetchOp, xElems, copyElems int) string {
     tt.return
   }
 }`)
+}
+
+// programRange is the TTIR of %name, the program's slice of n indices: pid·n + [0, n).
+func programRange(name string, n int) string {
+	return strings.NewReplacer("$N", fmt.Sprint(n), "$V", name).Replace(`    %$V_n = arith.constant $N : i32
+    %$V_base = arith.muli %pid, %$V_n : i32
+    %$V_iota = tt.make_range {end = $N : i32, start = 0 : i32} : tensor<$Nxi32>
+    %$V_bases = tt.splat %$V_base : i32 -> tensor<$Nxi32>
+    %$V = arith.addi %$V_bases, %$V_iota : tensor<$Nxi32>`)
 }
 
 // prefetchKernel appends the prefetch kernel of op for W to x's function: it returns a
