@@ -31,7 +31,8 @@
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
 # cores, split K loops), fp8decode (its decoding at batch 1 and 8), fp8tiles (the FP8
 # and W8A8 tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding), ownslot
-# (one-token windows past the copy bound: their check, AR steps), explore
+# (one-token windows past the copy bound: their check, AR steps), w8a8compile (how
+# long W8A8's AR step compiles), explore
 # (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
 # under sets of XLA flags), tritonattention (our attention kernel over the cache),
@@ -295,6 +296,21 @@ ownslot() {
     section "AR step: $args"
     GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only steps -steps ar -iters 20 $args \
       2>&1 </dev/null | grep -E 'device loop, per|rror' | grep -v compiled
+  done
+}
+
+w8a8compile() {
+  # How long W8A8's AR step takes to compile (run FJ: its three steps outlasted 100 s),
+  # against FP8 weight-only's, and with XLA's autotuning off (is it the autotuner?):
+  # bench's log of each step loop's compile and warm-up, and its time (~4-8 min).
+  local a flags
+  for a in "-fp8 weight-only" "-fp8 w8a8"; do
+    for flags in "" "--xla_gpu_autotune_level=0"; do
+      [ "$a" = "-fp8 weight-only" ] && [ -n "$flags" ] && continue
+      section "AR step, ${a#-fp8 }, XLA_FLAGS=$flags"
+      XLA_FLAGS="$flags" GOMLX_BACKEND=$(backend_config ours) timeout 200 .gpu/bin/bench -only steps -steps ar -iters 20 \
+        -capacity 528 $a 2>&1 </dev/null | grep -E 'compiled|device loop, per|rror'
+    done
   done
 }
 
