@@ -111,5 +111,5 @@
 // costs more than a bfloat16 weight would. At batch 1 on the H200 (BENCHMARKS.md, "FP8
 // on ours") the AR step with FP8 weights takes 0.83× bf16's time and the 4- and 8-token
 // steps 0.81× and 0.82× (W8A8: 0.86×); fused decoding at batch 8 takes 1.19× bf16's
-// time: FP8 saves memory there, and time at batch 1.
+// time and at batch 64 1.41×: FP8 saves memory there, and time at batch 1.
 package quant
