@@ -23,6 +23,7 @@
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
+# persistent (its persistent-kernel probe),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
 # on backend labels),
@@ -494,6 +495,18 @@ prefetch() {
   local rc=$?
   echo "tritonprobe: rc=$rc"
   [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-prefetch.err"
+}
+
+persistent() {
+  # What a grid-wide barrier costs a persistent kernel running a chain of 16 dependent
+  # 4-row products (o shape), against a launch per product, ours and XLA's
+  # (bench/tritonprobe -persistent, ~1 min; a barrier that never opens ends at the
+  # timeout). XLA's messages go to tritonprobe-persistent.err.
+  section "a persistent kernel's grid barrier against a launch per product (bench/tritonprobe -persistent)"
+  timeout 120 .gpu/bin/tritonprobe -plugin "$plugin" -persistent -iters 50 2>"$OUT/tritonprobe-persistent.err"
+  local rc=$?
+  echo "tritonprobe: rc=$rc"
+  [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-persistent.err"
 }
 
 compare() {

@@ -15,10 +15,11 @@
 // both are timed inside a While.
 // It prints one table row per shape and row count, and the GEMMs of one step summed
 // over the layers. With -prefetch it asks instead whether a kernel that prefetches a
-// weight into L2 speeds up XLA's GEMM of it after a few small kernels (prefetch.go).
-// It needs the GPU:
+// weight into L2 speeds up XLA's GEMM of it after a few small kernels (prefetch.go);
+// with -persistent, what a grid-wide barrier costs a persistent kernel running a chain
+// of products, against a launch per product (persistent.go). It needs the GPU:
 //
-//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch]
+//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch | -persistent]
 //
 // A failing kernel prints one line on stdout and XLA's whole message on stderr.
 package main
@@ -49,6 +50,7 @@ var (
 	iters      = flag.Int("iters", 200, "While iterations per execution (each calls the GEMM once per copy of W)")
 	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
 	prefetch   = flag.Bool("prefetch", false, "run the L2 prefetch probe (prefetch.go) instead of the GEMV tiles'")
+	persistent = flag.Bool("persistent", false, "run the persistent-kernel probe (persistent.go) instead of the GEMV tiles'")
 )
 
 // layerShape is one of MiniCPM5-2B's weight matrices, W [n, k], and how many of them
@@ -109,9 +111,15 @@ func main() {
 		os.Exit(2)
 	}
 	if *printOnly {
-		if *prefetch {
+		switch {
+		case *persistent:
+			launches, kernel, xla := chainPrograms(2048, 2048)
+			for _, b := range []*stablehlo.Builder{launches, kernel, xla} {
+				fmt.Printf("%s\n", must(b.Build()))
+			}
+		case *prefetch:
 			printPrefetchPrograms(run)
-		} else {
+		default:
 			printPrograms(run)
 		}
 		return
@@ -126,9 +134,12 @@ func main() {
 	check("creating a client", err)
 	fmt.Println("plugin:", plugin)
 	ok := probeScale(client)
-	if *prefetch {
+	switch {
+	case *persistent:
+		ok = probePersistent(client) && ok
+	case *prefetch:
 		ok = probePrefetch(client, run) && ok
-	} else {
+	default:
 		ok = probeGEMMs(client, run) && ok
 	}
 	if !ok {

@@ -19,3 +19,14 @@ func TestPrefetchTTIR(t *testing.T) {
 		require.Contains(t, ir, "%xn = arith.constant dense<8192> : tensor<128xi32>", op.name)
 	}
 }
+
+// The persistent chain's TTIR has every mark replaced, the chain's constants written.
+func TestChainTTIR(t *testing.T) {
+	ir := chainTTIR(2048, 2048, chainTile)
+	require.NotRegexp(t, `\$[A-Z]`, ir)
+	for _, want := range []string{"%cL = arith.constant 16 : i32", "%cG = arith.constant 128 : i32",
+		"%cGm1 = arith.constant 127 : i32", "%cNK = arith.constant 4194304 : i32", "%cMN = arith.constant 8192 : i32",
+		"tensor<16x256xbf16> * tensor<256x16xbf16> -> tensor<16x16xf32>"} {
+		require.Contains(t, ir, want)
+	}
+}
