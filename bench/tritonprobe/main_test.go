@@ -3,6 +3,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,13 +21,17 @@ func TestPrefetchTTIR(t *testing.T) {
 	}
 }
 
-// The persistent chain's TTIR has every mark replaced, the chain's constants written.
+// The persistent chain's TTIR has every mark replaced, the chain's constants written,
+// and the GEMV kernel's body inside its loop reading the phase's x, W and output slot.
 func TestChainTTIR(t *testing.T) {
-	ir := chainTTIR(2048, 2048, chainTile)
+	ir, err := chainTTIR(2048, 2048, chainTile)
+	require.NoError(t, err)
 	require.NotRegexp(t, `\$[A-Z]`, ir)
-	for _, want := range []string{"%cL = arith.constant 16 : i32", "%cG = arith.constant 128 : i32",
-		"%cGm1 = arith.constant 127 : i32", "%cNK = arith.constant 4194304 : i32", "%cMN = arith.constant 8192 : i32",
-		"tensor<16x256xbf16> * tensor<256x16xbf16> -> tensor<16x16xf32>"} {
+	for _, want := range []string{"%chain_len = arith.constant 16 : i32", "%chain_g = arith.constant 128 : i32",
+		"%chain_gm1 = arith.constant 127 : i32", "%chain_nk = arith.constant 4194304 : i32",
+		"%chain_mn = arith.constant 8192 : i32", "tt.splat %chain_x : !tt.ptr<bf16>", "tt.splat %chain_w : !tt.ptr<bf16>",
+		"tt.splat %chain_y : !tt.ptr<bf16>", "tensor<16x256xbf16> * tensor<256x16xbf16> -> tensor<16x16xf32>"} {
 		require.Contains(t, ir, want)
 	}
+	require.Equal(t, 1, strings.Count(ir, "tt.return"))
 }

@@ -38,100 +38,62 @@ var chainTile = triton.Tile{BN: 16, BK: 256, Stages: 3, Warps: 4, Dot: true}
 
 // chainTTIR is the persistent kernel of the chain: x [4, k] and W [L, n, k] bfloat16,
 // bar [2] int32 (the barrier's counter and its exit counter, zero before and after a
-// launch), and ys [L, 4, n] bfloat16, product l's output in slot l. Program p computes
-// rows [16p, 16p+16) of W's product in each phase, stores them, and waits at the
-// barrier for every program's before the next phase reads them. n must equal k.
-func chainTTIR(n, k int, t triton.Tile) string {
+// launch), and ys [L, 4, n] bfloat16, product l's output in slot l. Each phase runs
+// the body of package triton's GEMV kernel of tile t (GEMVTTIR, the kernel that the
+// chain of launches runs) on phase l's x (x, then slot l-1), W and output slot, then
+// waits at the barrier for every program's rows before the next phase reads them.
+// n must equal k.
+func chainTTIR(n, k int, t triton.Tile) (string, error) {
+	gemv, err := triton.GEMVTTIR(4, n, k, t, dtypes.BFloat16, dtypes.BFloat16)
+	if err != nil {
+		return "", err
+	}
+	_, body, ok := strings.Cut(gemv, "attributes {noinline = false} {\n")
+	body, _, ok2 := strings.Cut(body, "    tt.return\n")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("GEMVTTIR's kernel is not one function of one return")
+	}
+	for _, arg := range []string{"%x", "%w", "%y"} {
+		if strings.Count(body, arg+" ") != 1 {
+			return "", fmt.Errorf("GEMVTTIR's kernel reads its argument %s other than once", arg)
+		}
+	}
+	body = strings.NewReplacer("%x ", "%chain_x ", "%w ", "%chain_w ", "%y ", "%chain_y ").Replace(body)
+	body = "      " + strings.ReplaceAll(strings.TrimSpace(body), "\n", "\n  ")
 	programs := n / t.BN
-	return strings.NewReplacer("$LEN", fmt.Sprint(chainLength), "$GM1", fmt.Sprint(programs-1), "$G", fmt.Sprint(programs),
-		"$NK", fmt.Sprint(n*k), "$MN", fmt.Sprint(4*n), "$BN", fmt.Sprint(t.BN), "$BK", fmt.Sprint(t.BK),
-		"$STAGES", fmt.Sprint(t.Stages), "$N", fmt.Sprint(n), "$K", fmt.Sprint(k)).Replace(`module {
+	return strings.NewReplacer("$BODY", body, "$LEN", fmt.Sprint(chainLength), "$GM1", fmt.Sprint(programs-1),
+		"$G", fmt.Sprint(programs), "$NK", fmt.Sprint(n*k), "$MN", fmt.Sprint(4*n)).Replace(`module {
   tt.func public @chain(%x: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %w: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %bar: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %ys: !tt.ptr<bf16> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
-    %c0 = arith.constant 0 : i32
-    %c1 = arith.constant 1 : i32
-    %cL = arith.constant $LEN : i32
-    %cK = arith.constant $K : i32
-    %cBK = arith.constant $BK : i32
-    %cBN = arith.constant $BN : i32
-    %cG = arith.constant $G : i32
-    %cGm1 = arith.constant $GM1 : i32
-    %cNK = arith.constant $NK : i32
-    %cMN = arith.constant $MN : i32
-    %exitp = tt.addptr %bar, %c1 : !tt.ptr<i32>, i32
-    %pid = tt.get_program_id x : i32
-    %n0 = arith.muli %pid, %cBN : i32
-    %rm = tt.make_range {end = 16 : i32, start = 0 : i32} : tensor<16xi32>
-    %mlast = arith.constant dense<3> : tensor<16xi32>
-    %rmc = arith.minsi %rm, %mlast : tensor<16xi32>
-    %Kr = arith.constant dense<$K> : tensor<16xi32>
-    %xrow = arith.muli %rmc, %Kr : tensor<16xi32>
-    %xrow2 = tt.expand_dims %xrow {axis = 1 : i32} : tensor<16xi32> -> tensor<16x1xi32>
-    %xrowb = tt.broadcast %xrow2 : tensor<16x1xi32> -> tensor<16x$BKxi32>
-    %rk = tt.make_range {end = $BK : i32, start = 0 : i32} : tensor<$BKxi32>
-    %rkx = tt.expand_dims %rk {axis = 0 : i32} : tensor<$BKxi32> -> tensor<1x$BKxi32>
-    %rkxb = tt.broadcast %rkx : tensor<1x$BKxi32> -> tensor<16x$BKxi32>
-    %xoff = arith.addi %xrowb, %rkxb : tensor<16x$BKxi32>
-    %rn = tt.make_range {end = $BN : i32, start = 0 : i32} : tensor<$BNxi32>
-    %n0s = tt.splat %n0 : i32 -> tensor<$BNxi32>
-    %cols = arith.addi %n0s, %rn : tensor<$BNxi32>
-    %Kn = arith.constant dense<$K> : tensor<$BNxi32>
-    %coloff = arith.muli %cols, %Kn : tensor<$BNxi32>
-    %coloff2 = tt.expand_dims %coloff {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
-    %coloffb = tt.broadcast %coloff2 : tensor<1x$BNxi32> -> tensor<$BKx$BNxi32>
-    %rkw = tt.expand_dims %rk {axis = 1 : i32} : tensor<$BKxi32> -> tensor<$BKx1xi32>
-    %rkwb = tt.broadcast %rkw : tensor<$BKx1xi32> -> tensor<$BKx$BNxi32>
-    %woff = arith.addi %coloffb, %rkwb : tensor<$BKx$BNxi32>
-    %Nr = arith.constant dense<$N> : tensor<16xi32>
-    %yrow = arith.muli %rm, %Nr : tensor<16xi32>
-    %yrow2 = tt.expand_dims %yrow {axis = 1 : i32} : tensor<16xi32> -> tensor<16x1xi32>
-    %yrowb = tt.broadcast %yrow2 : tensor<16x1xi32> -> tensor<16x$BNxi32>
-    %cols2 = tt.expand_dims %cols {axis = 0 : i32} : tensor<$BNxi32> -> tensor<1x$BNxi32>
-    %colsb = tt.broadcast %cols2 : tensor<1x$BNxi32> -> tensor<16x$BNxi32>
-    %yoff = arith.addi %yrowb, %colsb : tensor<16x$BNxi32>
-    %mr = arith.constant dense<4> : tensor<16xi32>
-    %rowok = arith.cmpi slt, %rm, %mr : tensor<16xi32>
-    %rowok2 = tt.expand_dims %rowok {axis = 1 : i32} : tensor<16xi1> -> tensor<16x1xi1>
-    %store = tt.broadcast %rowok2 : tensor<16x1xi1> -> tensor<16x$BNxi1>
-    %zero = arith.constant dense<0.000000e+00> : tensor<16x$BNxf32>
-    scf.for %l = %c0 to %cL step %c1 : i32 {
-      %first = arith.cmpi eq, %l, %c0 : i32
-      %src = scf.if %first -> (!tt.ptr<bf16>) {
+    %chain_c0 = arith.constant 0 : i32
+    %chain_c1 = arith.constant 1 : i32
+    %chain_len = arith.constant $LEN : i32
+    %chain_g = arith.constant $G : i32
+    %chain_gm1 = arith.constant $GM1 : i32
+    %chain_nk = arith.constant $NK : i32
+    %chain_mn = arith.constant $MN : i32
+    %chain_exit = tt.addptr %bar, %chain_c1 : !tt.ptr<i32>, i32
+    scf.for %l = %chain_c0 to %chain_len step %chain_c1 : i32 {
+      %chain_first = arith.cmpi eq, %l, %chain_c0 : i32
+      %chain_x = scf.if %chain_first -> (!tt.ptr<bf16>) {
         scf.yield %x : !tt.ptr<bf16>
       } else {
-        %lm1 = arith.subi %l, %c1 : i32
-        %soff = arith.muli %lm1, %cMN : i32
-        %sp = tt.addptr %ys, %soff : !tt.ptr<bf16>, i32
-        scf.yield %sp : !tt.ptr<bf16>
+        %chain_prev = arith.subi %l, %chain_c1 : i32
+        %chain_xoff = arith.muli %chain_prev, %chain_mn : i32
+        %chain_xp = tt.addptr %ys, %chain_xoff : !tt.ptr<bf16>, i32
+        scf.yield %chain_xp : !tt.ptr<bf16>
       }
-      %xbase = tt.splat %src : !tt.ptr<bf16> -> tensor<16x$BKx!tt.ptr<bf16>>
-      %xp0 = tt.addptr %xbase, %xoff : tensor<16x$BKx!tt.ptr<bf16>>, tensor<16x$BKxi32>
-      %wl0 = arith.muli %l, %cNK : i32
-      %wl = tt.addptr %w, %wl0 : !tt.ptr<bf16>, i32
-      %wbase = tt.splat %wl : !tt.ptr<bf16> -> tensor<$BKx$BNx!tt.ptr<bf16>>
-      %wp0 = tt.addptr %wbase, %woff : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
-      %acc = scf.for %k = %c0 to %cK step %cBK iter_args(%a = %zero) -> (tensor<16x$BNxf32>) : i32 {
-        %kx = tt.splat %k : i32 -> tensor<16x$BKxi32>
-        %xp = tt.addptr %xp0, %kx : tensor<16x$BKx!tt.ptr<bf16>>, tensor<16x$BKxi32>
-        %xv = tt.load %xp : tensor<16x$BKx!tt.ptr<bf16>>
-        %kw = tt.splat %k : i32 -> tensor<$BKx$BNxi32>
-        %wp = tt.addptr %wp0, %kw : tensor<$BKx$BNx!tt.ptr<bf16>>, tensor<$BKx$BNxi32>
-        %wv = tt.load %wp : tensor<$BKx$BNx!tt.ptr<bf16>>
-        %d = tt.dot %xv, %wv, %a : tensor<16x$BKxbf16> * tensor<$BKx$BNxbf16> -> tensor<16x$BNxf32>
-        scf.yield %d : tensor<16x$BNxf32>
-      } {tt.num_stages = $STAGES : i32}
-      %yl0 = arith.muli %l, %cMN : i32
-      %yl = tt.addptr %ys, %yl0 : !tt.ptr<bf16>, i32
-      %ybase = tt.splat %yl : !tt.ptr<bf16> -> tensor<16x$BNx!tt.ptr<bf16>>
-      %yp = tt.addptr %ybase, %yoff : tensor<16x$BNx!tt.ptr<bf16>>, tensor<16x$BNxi32>
-      %yt = arith.truncf %acc : tensor<16x$BNxf32> to tensor<16x$BNxbf16>
-      tt.store %yp, %yt, %store : tensor<16x$BNx!tt.ptr<bf16>>
+      %chain_woff = arith.muli %l, %chain_nk : i32
+      %chain_w = tt.addptr %w, %chain_woff : !tt.ptr<bf16>, i32
+      %chain_yoff = arith.muli %l, %chain_mn : i32
+      %chain_y = tt.addptr %ys, %chain_yoff : !tt.ptr<bf16>, i32
+$BODY
       gpu.barrier
-      %arrived = tt.atomic_rmw add, acq_rel, gpu, %bar, %c1 : (!tt.ptr<i32>, i32) -> i32
-      %l1 = arith.addi %l, %c1 : i32
-      %target = arith.muli %l1, %cG : i32
-      %seen = scf.while (%s = %arrived) : (i32) -> i32 {
-        %cur = tt.atomic_rmw add, acquire, gpu, %bar, %c0 : (!tt.ptr<i32>, i32) -> i32
-        %more = arith.cmpi slt, %cur, %target : i32
+      %chain_arrived = tt.atomic_rmw add, acq_rel, gpu, %bar, %chain_c1 : (!tt.ptr<i32>, i32) -> i32
+      %chain_l1 = arith.addi %l, %chain_c1 : i32
+      %chain_target = arith.muli %chain_l1, %chain_g : i32
+      %chain_seen = scf.while (%s = %chain_arrived) : (i32) -> i32 {
+        %cur = tt.atomic_rmw add, acquire, gpu, %bar, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+        %more = arith.cmpi slt, %cur, %chain_target : i32
         scf.condition(%more) %cur : i32
       } do {
       ^bb0(%c: i32):
@@ -139,15 +101,15 @@ func chainTTIR(n, k int, t triton.Tile) string {
       }
       gpu.barrier
     }
-    %out = tt.atomic_rmw add, acq_rel, gpu, %exitp, %c1 : (!tt.ptr<i32>, i32) -> i32
-    %last = arith.cmpi eq, %out, %cGm1 : i32
-    scf.if %last {
-      %r0 = tt.atomic_rmw xchg, acq_rel, gpu, %bar, %c0 : (!tt.ptr<i32>, i32) -> i32
-      %r1 = tt.atomic_rmw xchg, acq_rel, gpu, %exitp, %c0 : (!tt.ptr<i32>, i32) -> i32
+    %chain_out = tt.atomic_rmw add, acq_rel, gpu, %chain_exit, %chain_c1 : (!tt.ptr<i32>, i32) -> i32
+    %chain_last = arith.cmpi eq, %chain_out, %chain_gm1 : i32
+    scf.if %chain_last {
+      %r0 = tt.atomic_rmw xchg, acq_rel, gpu, %bar, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+      %r1 = tt.atomic_rmw xchg, acq_rel, gpu, %chain_exit, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
     }
     tt.return
   }
-}`)
+}`), nil
 }
 
 // chainPrograms are the chain's timed loops on x [4, k]: "launches", one kernel of
@@ -171,7 +133,7 @@ func chainPrograms(n, k int) (launches, persistent, xla *stablehlo.Builder) {
 	stacked := shapes.Make(dtypes.BFloat16, chainLength, n, k)
 	persistent = whileProgram("chain_persistent", xShape, []shapes.Shape{stacked, shapes.Make(dtypes.Int32, 2)},
 		func(body *stablehlo.Function, x *stablehlo.Value, ws []*stablehlo.Value) *stablehlo.Value {
-			ys := must(triton.Kernels{}.Call("chain", chainTTIR(n, k, chainTile), n/chainTile.BN, chainTile.Warps, chainTile.Stages,
+			ys := must(triton.Kernels{}.Call("chain", must(chainTTIR(n, k, chainTile)), n/chainTile.BN, chainTile.Warps, chainTile.Stages,
 				[]*stablehlo.Value{x, ws[0], ws[1]}, shapes.Make(dtypes.BFloat16, chainLength, 4, n)))[0]
 			last := must(stablehlo.Slice(ys, []int{chainLength - 1, 0, 0}, []int{chainLength, 4, n}, nil))
 			return feedback(body, x, must(stablehlo.Reshape(last, shapes.Make(dtypes.BFloat16, 4, n))))
