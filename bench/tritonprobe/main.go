@@ -389,7 +389,7 @@ func probeGEMMs(client *pjrt.Client, run []layerShape) bool {
 		_, elapsed, err := compileAndRun(client, overheadProgram(m), x)
 		destroy(x)
 		check("the overhead loop", err)
-		loopCost[m] = elapsed / time.Duration(*iters)
+		loopCost[m] = perCall(elapsed, 1)
 		overhead = append(overhead, fmt.Sprintf("%.2f us at M=%d", us(loopCost[m]), m))
 	}
 	fmt.Printf("loop overhead per call, x <- -x alone in the same While: %s\n", strings.Join(overhead, ", "))
@@ -425,14 +425,13 @@ func probeGEMMs(client *pjrt.Client, run []layerShape) bool {
 // probeRows checks every tile of s at m rows against XLA's dot, times them and XLA's
 // dot, and prints the table row.
 func probeRows(client *pjrt.Client, s layerShape, m int, x *pjrt.Buffer, ws []*pjrt.Buffer) (t timing, ok bool) {
-	perCall := func(elapsed time.Duration) time.Duration { return elapsed / time.Duration(*iters*len(ws)) }
 	inputs := append([]*pjrt.Buffer{x}, ws...)
 	checkP, loopP := gemmPrograms(s, m, "xla", xlaGEMM)
 	ref, _, err := compileAndRun(client, checkP, inputs[:2]...)
 	check(fmt.Sprintf("%s M=%d, XLA's dot", s.name, m), err)
 	_, elapsed, err := compileAndRun(client, loopP, inputs...)
 	check(fmt.Sprintf("%s M=%d, XLA's dot in a loop", s.name, m), err)
-	t.xla = perCall(elapsed)
+	t.xla = perCall(elapsed, len(ws))
 	ok = true
 	worst := 0.0
 	var perTile []string
@@ -458,7 +457,7 @@ func probeRows(client *pjrt.Client, s layerShape, m int, x *pjrt.Buffer, ws []*p
 			ok = false
 			continue
 		}
-		per := perCall(elapsed)
+		per := perCall(elapsed, len(ws))
 		perTile = append(perTile, fmt.Sprintf("%v %.2f", tl, us(per)))
 		if t.triton == 0 || per < t.triton {
 			t.triton = per
@@ -509,6 +508,12 @@ func destroy(bufs ...*pjrt.Buffer) {
 	for _, buf := range bufs {
 		_ = buf.Destroy()
 	}
+}
+
+// perCall is a timed loop's time per call: elapsed over *iters iterations of calls
+// calls each.
+func perCall(elapsed time.Duration, calls int) time.Duration {
+	return elapsed / time.Duration(*iters*calls)
 }
 
 // compileAndRun compiles b, runs it on the inputs and returns its first output and the

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
@@ -44,6 +43,9 @@ var chainTile = triton.Tile{BN: 16, BK: 256, Stages: 3, Warps: 4, Dot: true}
 // waits at the barrier for every program's rows before the next phase reads them.
 // n must equal k.
 func chainTTIR(n, k int, t triton.Tile) (string, error) {
+	if n != k {
+		return "", fmt.Errorf("a chain's W [%d, %d] must be square: each product's output is the next one's input", n, k)
+	}
 	gemv, err := triton.GEMVTTIR(4, n, k, t, dtypes.BFloat16, dtypes.BFloat16)
 	if err != nil {
 		return "", err
@@ -158,17 +160,16 @@ func probePersistent(client *pjrt.Client) bool {
 	}
 	stacked := []*pjrt.Buffer{upload(client, x, 4, k), upload(client, w, chainLength, n, k), upload(client, []int32{0, 0}, 2)}
 	defer destroy(append(separate, stacked...)...)
-	perProduct := func(elapsed time.Duration) time.Duration { return elapsed / time.Duration(*iters*chainLength) }
 	fmt.Printf("a chain of %d dependent products y = x·Wᵀ, x [4, %d], W [%d, %d] bf16 (%d MiB in all), tile %v; "+
 		"us per product in a While of %d iterations (median of 5 executions)\n", chainLength, k, n, k,
 		chainLength*n*k*2>>20, chainTile, *iters)
 	ref, elapsed, err := compileAndRun(client, launches, separate...)
 	check("the chain of launches", err)
-	fmt.Printf("  one launch per product (our Dot tile): %.2f us\n", us(perProduct(elapsed)))
+	fmt.Printf("  one launch per product (our Dot tile): %.2f us\n", us(perCall(elapsed, chainLength)))
 	if _, elapsed, err := compileAndRun(client, xla, separate...); err != nil {
 		failed("the chain on XLA's dots", err)
 	} else {
-		fmt.Printf("  XLA's dot per product: %.2f us\n", us(perProduct(elapsed)))
+		fmt.Printf("  XLA's dot per product: %.2f us\n", us(perCall(elapsed, chainLength)))
 	}
 	out, elapsed, err := compileAndRun(client, persistent, stacked...)
 	if err != nil {
@@ -177,7 +178,7 @@ func probePersistent(client *pjrt.Client) bool {
 	}
 	e := relErr(out.([]bfloat16.BFloat16), ref.([]bfloat16.BFloat16))
 	fmt.Printf("  one persistent kernel, a grid barrier per product: %.2f us (max |persistent - launches| / max |launches| = %.1e)\n",
-		us(perProduct(elapsed)), e)
+		us(perCall(elapsed, chainLength)), e)
 	if !(e <= maxErr) {
 		fmt.Println("  persistent chain: WRONG")
 		return false

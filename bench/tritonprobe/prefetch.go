@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"time"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
@@ -204,11 +203,10 @@ func probePrefetch(client *pjrt.Client, run []layerShape) bool {
 		for range copiesOf(s) {
 			inputs = append(inputs, upload(client, w, s.n, s.k))
 		}
-		perCall := func(elapsed time.Duration) time.Duration { return elapsed / time.Duration(*iters*copiesOf(s)) }
 		for _, waits := range prefetchWaits {
 			ref, elapsed, err := compileAndRun(client, prefetchProgram(s, m, waits, nil), inputs...)
 			check(fmt.Sprintf("%s, %d waits, no prefetch", s.name, waits), err)
-			plain := perCall(elapsed)
+			plain := perCall(elapsed, copiesOf(s))
 			row := fmt.Sprintf("%-8s %5d %10.1f %10.2f %10.0f", s.name, waits, float64(s.bytes())/(1<<20), us(plain),
 				float64(s.bytes())/plain.Seconds()/1e9)
 			for _, op := range prefetchOps {
@@ -224,7 +222,7 @@ func probePrefetch(client *pjrt.Client, run []layerShape) bool {
 					fmt.Printf("%s: WRONG: max |prefetched - plain| / max |plain| = %.1e\n", what, e)
 					ok = false
 				}
-				t := perCall(elapsed)
+				t := perCall(elapsed, copiesOf(s))
 				row += fmt.Sprintf(" %7.2f (%+.2f)", us(t), us(plain-t))
 			}
 			fmt.Println(row)
