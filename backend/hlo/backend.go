@@ -80,9 +80,10 @@ var _ compute.Backend = (*Backend)(nil)
 //   - "triton=gemv", which lowers the dense bfloat16 products (x [..., K] times
 //     W [N, K]ᵀ, as model/linear.go's) that our own Triton GEMV kernel (package
 //     backend/hlo/triton) measured faster than stablehlo.dot_general on the H200 to that
-//     kernel: one row, and W of at least 8 Mi entries; and those of up to 64 rows whose
+//     kernel: one row, and W of at least 8 Mi entries; and those of up to 32 rows whose
 //     weight is FP8 E4M3FN bytes decoded by package quant's table, reading the bytes
-//     (fp8.go), and W8A8 layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; see
+//     (fp8.go; past 32 rows, XLA's GEMM reads them as f8E4M3FN values), and W8A8
+//     layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; see
 //     [Function.DotGeneral];
 //   - "triton=gemv-all", which lowers every such product of 1 to 8 rows that the kernel
 //     can compute (for tests and measurements);

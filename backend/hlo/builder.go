@@ -17,6 +17,7 @@ type Builder struct {
 	name    string
 	module  *stablehlo.Builder
 	main    *Function
+	e4m3    []string // the int8 values of e4m3Values, retyped to f8E4M3FN in Compile
 }
 
 var _ compute.Builder = (*Builder)(nil)
@@ -69,6 +70,9 @@ func (b *Builder) Compile() (compute.Executable, error) {
 		return nil, fmt.Errorf("hlo: compiling %q: %w", b.name, err)
 	}
 	text, err := b.module.Build()
+	if err == nil {
+		text, err = retypeE4M3(text, b.e4m3)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hlo: writing the StableHLO of %q: %w", b.name, err)
 	}

@@ -17,10 +17,11 @@
 // (x [..., K] · W [N, K]ᵀ, model/linear.go's) as our own Triton GEMV kernel instead of
 // stablehlo.dot_general where bench/gpu.sh's triton section measured it faster on the
 // H200: one row and W of at least 8 Mi entries (gemv.go; "triton=gemv-all" lowers every
-// product of 1 to 8 rows the kernel can compute), and products of up to 64 rows whose
+// product of 1 to 8 rows the kernel can compute), and products of up to 32 rows whose
 // weight is FP8 bytes that package quant's table decodes, on the bytes themselves
-// (fp8.go; W8A8 layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; at 2 to 64
-// rows their K loops split over more programs), and "triton=attention", which runs the
+// (fp8.go; W8A8 layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; at 2 to 32
+// rows their K loops split over more programs; past 32 rows XLA's GEMM reads the bytes
+// as f8E4M3FN values), and "triton=attention", which runs the
 // attention of bfloat16 decoding windows over their cache as our own split-key Triton
 // kernel and a second one that combines its splits, at every batch size, and
 // "triton=fold", which folds the norms, SwiGLU and residual adds around one-row

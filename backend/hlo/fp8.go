@@ -3,12 +3,15 @@
 package hlo
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/go-xla/stablehlo"
 
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
@@ -18,14 +21,15 @@ import (
 // table decoder: a Gather from a 256-entry constant of each byte's E4M3FN value in
 // bfloat16, indexed by the bytes). XLA then writes the decoded bfloat16 weight out and
 // reads it back for every product, 5 bytes of traffic a weight instead of the byte the
-// checkpoint holds. With option triton=gemv, a product of up to 64 rows whose weight is
+// checkpoint holds. With option triton=gemv, a product of up to 32 rows whose weight is
 // so decoded runs our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads
 // each as its E4M3FN value; the Gather is then left unused, for XLA to remove. Where
 // the input is a W8A8 layer's, quantized to bytes the same table decodes, a product of
 // 2 to 8 rows multiplies both as FP8 on the tensor cores (w8a8Tile). Products of 2 to
-// 64 rows run on tensor-core tiles fitted to the weight's shape (fitDotTile) and split
+// 32 rows run on tensor-core tiles fitted to the weight's shape (fitDotTile) and split
 // their K loop over more programs (splitK), since their weights have too few tiles to
-// fill the GPU's SMs.
+// fill the GPU's SMs. Past 32 rows, XLA's own GEMM reads the bytes, converted as
+// StableHLO's f8E4M3FN values (fp8BytesProduct, e4m3Values).
 
 // e4m3TableSize is the entries of a decoding table: one per byte.
 const e4m3TableSize = 256
@@ -201,4 +205,45 @@ func (f *Function) normalisedProduct(lhs, rhs compute.Value) (v compute.Value, o
 		return out, true, err
 	}
 	return nil, false, nil
+}
+
+// e4m3Values returns FP8 E4M3FN bytes as values of dtype through StableHLO's own
+// f8E4M3FN type: bitcast_convert to it, then convert, which XLA fuses into the GEMM
+// reading them. go-xla writes no float8 type (its dtype table stops at 16 bits), so the
+// bitcast goes to int8 and Builder.Compile retypes it in the module's text
+// (retypeE4M3).
+func (f *Function) e4m3Values(bytes *stablehlo.Value, dtype dtypes.DType) (*stablehlo.Value, error) {
+	i8, err := stablehlo.BitcastConvert(bytes, dtypes.Int8)
+	if err != nil {
+		return nil, err
+	}
+	f.builder.e4m3 = append(f.builder.e4m3, i8.String())
+	return stablehlo.Convert(i8, dtype)
+}
+
+// retypeE4M3 returns the module text with the int8 values that e4m3Values made, named
+// by names, retyped to f8E4M3FN: each one's bitcast_convert and the convert reading it.
+func retypeE4M3(text []byte, names []string) ([]byte, error) {
+	if len(names) == 0 {
+		return text, nil
+	}
+	lines := strings.Split(string(text), "\n")
+	for _, name := range names {
+		def, uses := name+` = "stablehlo.bitcast_convert"(`, `"stablehlo.convert"(`+name+`)`
+		defs, converts := 0, 0
+		for i, line := range lines {
+			switch {
+			case strings.HasPrefix(strings.TrimSpace(line), def) && strings.HasSuffix(line, "xi8>"):
+				lines[i] = strings.TrimSuffix(line, "xi8>") + "xf8E4M3FN>"
+				defs++
+			case strings.Contains(line, uses) && strings.Contains(line, "xi8>)"):
+				lines[i] = strings.Replace(line, "xi8>)", "xf8E4M3FN>)", 1)
+				converts++
+			}
+		}
+		if defs != 1 || converts != 1 {
+			return nil, fmt.Errorf("hlo: retyping %s to f8E4M3FN: %d definitions and %d conversions, want one each", name, defs, converts)
+		}
+	}
+	return []byte(strings.Join(lines, "\n")), nil
 }

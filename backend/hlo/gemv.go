@@ -50,12 +50,14 @@ var w8a8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 8, Dot: true}
 const maxFP8RowsTileRows = 4
 
 // maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
-// XLA decodes them and runs its GEMM. Run EW: fused decoding at batch 8 (products of 64
-// rows: 8 rows of 8-token windows) took 275 ms with fp8ManyRowsTile against 367 with
-// XLA's; blocks of 64 rows of one W tile, side by side, lost past 64 rows (fused
-// decoding at batch 64: 766 ms against 661; the 2048-token prefill: 39.9 ms against
-// 24.8). Run EY: with our tile only up to 32 rows, batch 8 took 371 ms again.
-const maxFP8Rows = 64
+// XLA's GEMM reads them converted as f8E4M3FN values (fp8BytesProduct). Runs FT and FU,
+// fused decoding (products of 8 rows of 2 to 8-token windows): at batch 4 (32 rows)
+// ours took 184.0 ms against XLA's 186.8, at batch 2 158.3 against 158.1, at batch 8
+// (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy decoded by
+// package quant's table), ours won up to 64 rows: run EW, 275 ms against 367 at batch
+// 8; blocks of 64 rows of one W tile, side by side, lost past 64 rows (batch 64: 766 ms
+// against 661).
+const maxFP8Rows = 32
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
 // maxFP8Rows, its BM their rows rounded up to a power of two: 64 × 256 bytes over 3

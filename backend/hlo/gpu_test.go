@@ -395,15 +395,17 @@ func TestTritonGEMVMatchesDot(t *testing.T) {
 // FP8 layers (package quant's FP8Linear with its table decoder) at MiniCPM5-2B's shapes
 // and MiniCPM-2B's down projection (K 5760: Dot tiles fitted to it, fitDotTile, their K
 // loops split 15 and 9 ways, splitK) give XLA's product of the decoded weight, in
-// float32 (ApplyFloat32) to 1e-4 of the largest output: at 1, 4, 8, 32 and 64 rows,
-// which take the row tile, the Dot tile and the Dot tiles of 32 and 64 rows on the
-// weight's bytes, weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes
-// too, FP8 × FP8 on the tensor cores). Both sides multiply exact E4M3 values, whose
+// float32 (ApplyFloat32) to 1e-4 of the largest output: at 1, 4, 8 and 32 rows, which
+// take the row tile, the Dot tile and the Dot tile of 32 rows on the weight's bytes,
+// and at 64 and 512 rows, XLA's GEMM of the bytes converted as f8E4M3FN values,
+// weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes too, FP8 × FP8
+// on the tensor cores; past 32, its values). Both sides multiply exact E4M3 values, whose
 // products float32 holds exactly, and differ only in the order of the float32 sums:
 // sums carried in less than float32 (as FP8 tensor cores can) would fail it. The lowering is checked first, on a build-only backend, so
 // that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
-	rows := []int{1, 4, 8, 32, 64}
+	rows := []int{1, 4, 8, 32, 64, 512}
+	const ours = 4 // products of up to 32 rows
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ k, n int }{{2048, 2560}, {6144, 2048}, {5760, 2304}} {
 		for _, w8a8 := range []bool{false, true} {
@@ -440,8 +442,10 @@ func TestTritonFP8MatchesDot(t *testing.T) {
 					inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
 				}
 				text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
-				require.Equal(t, len(rows), tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "every product on the bytes")
-				require.Equal(t, len(rows)-1, tritonCallsWith(text, "%pidk = arith.remsi"), "every product of several rows split")
+				require.Equal(t, ours, tritonCallsWith(text, "!tt.ptr<f8E4M3FN>"), "our products on the bytes")
+				require.Equal(t, ours-1, tritonCallsWith(text, "%pidk = arith.remsi"), "every one of several rows split")
+				require.Equal(t, len(rows)-ours, strings.Count(text, fmt.Sprintf("(tensor<%dx%dxui8>) -> tensor<%dx%dxf8E4M3FN>", s.n, s.k, s.n, s.k)),
+					"XLA's products of the bytes as f8E4M3FN")
 				fp8x := 0
 				if w8a8 {
 					fp8x = 2 // 4 and 8 rows

@@ -76,8 +76,7 @@ func sumOf(x *value) (a, b *value, ok bool) {
 // two) and norm weight g, then product's dense product of the kernel's output scaled
 // by each row's 1/rms, and returns that; with rows.Sum, x's value becomes the kernel's
 // sum. With rows.Before (an FP8 layer's normalised input), the product is of FP8 bytes
-// (e4m3Bytes of its weight), by our GEMV where fp8Tile has a tile, scaled by scale
-// instead.
+// (e4m3Bytes of its weight, fp8BytesProduct), scaled by scale instead.
 func (f *Function) normedRowsProduct(product, x, g, scale *value, addends []*value, rows triton.RowNorm) (compute.Value, error) {
 	op := compute.OpTypeMul
 	var args []compute.Value
@@ -119,10 +118,11 @@ func (f *Function) normedRowsProduct(product, x, g, scale *value, addends []*val
 	contracting := []int{product.origin.x.shape.Rank() - 1}
 	var y *stablehlo.Value
 	if rows.Before {
-		if v, ok, err := f.tritonGEMV(xg, contracting, nil, vs[n+3], []int{1}, nil, product.origin.config); ok {
-			if err != nil {
-				return nil, opError(op, err)
-			}
+		v, ok, err := f.fp8BytesProduct(xg, contracting, nil, vs[n+3], []int{1}, nil, product.origin.config)
+		if err != nil {
+			return nil, opError(op, err)
+		}
+		if ok {
 			y = v
 		}
 	}

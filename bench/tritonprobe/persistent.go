@@ -106,8 +106,8 @@ $BODY
     %chain_out = tt.atomic_rmw add, acq_rel, gpu, %chain_exit, %chain_c1 : (!tt.ptr<i32>, i32) -> i32
     %chain_last = arith.cmpi eq, %chain_out, %chain_gm1 : i32
     scf.if %chain_last {
-      %r0 = tt.atomic_rmw xchg, acq_rel, gpu, %bar, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
-      %r1 = tt.atomic_rmw xchg, acq_rel, gpu, %chain_exit, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+      %r0 = tt.atomic_rmw exch, acq_rel, gpu, %bar, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+      %r1 = tt.atomic_rmw exch, acq_rel, gpu, %chain_exit, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
     }
     tt.return
   }
