@@ -94,7 +94,7 @@ func TestCachedPathConcatenatedAndTwoProducts(t *testing.T) {
 
 // One-token windows over a small cache attend over a copy of it holding their own key
 // (see [inOwnSlot]) on backends that fuse elementwise work, and over a cache of any
-// size at batch 1 where the backend places windows; forced here on any backend (a
+// size where the backend places windows; forced here on any backend (a
 // fresh model each: programs are cached per model), they give the full forward's
 // logits. With 2 key/value heads of 64 in float32, a one-row cache of 4096 slots is
 // past concatMaxBytes.
@@ -212,7 +212,8 @@ func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 // uncommitted positions, give the full forward's logits. Windows of 8 positions, and
 // one-token windows (causal) over a cache too large to copy (2 rows of 2048 slots of
 // 2 key/value heads of 64 in float32: past concatMaxBytes), as AR decoding at batch 8
-// and 64 has. Forced on any backend, as above.
+// and 64 has where the backend does not place windows (TestCachedPathOwnSlotAtBatch2:
+// where it does). Forced on any backend, as above.
 func TestInSlotsAtBatch2(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 2048
@@ -236,7 +237,7 @@ func TestInSlotsAtBatch2(t *testing.T) {
 		}},
 	} {
 		t.Run(fmt.Sprintf("window%d", c.w), func(t *testing.T) {
-			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w, true))
+			require.False(t, inOwnSlot(m.CacheShape(2, c.capacity), c.w, false))
 			requireInSlotsMatchFull(t, m, seqs, c.capacity, c.w, c.block, c.calls)
 		})
 	}
@@ -374,4 +375,23 @@ func TestCachedPathPlacesWindows(t *testing.T) {
 			requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 5, 32, 4)
 		})
 	}
+}
+
+// One-token windows at batch 2 over a cache too large to copy take their own slot where
+// the backend places windows (forced here on the Go backend, which makes the copy) and
+// give the full forward's logits, rows committing or not as in TestInSlotsAtBatch2.
+func TestCachedPathOwnSlotAtBatch2(t *testing.T) {
+	cfg := prefillConfig()
+	cfg.MaxPositionEmbeddings = 2048
+	m := randomModel(t, cfg, 3)
+	m.fusesAnywhere, m.placesWindowsAnywhere = true, true
+	require.True(t, inOwnSlot(m.CacheShape(2, 2048), 1, true))
+	require.False(t, concatenates(m.CacheShape(2, 2048), 1))
+	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
+	requireInSlotsMatchFull(t, m, seqs, 2048, 1, 1, []inSlotsCall{
+		{[2]int{0, 0}, [2]int{1, 0}, [2]int{1, 0}}, // row 1: junk in slot 0, not committed
+		{[2]int{1, 0}, [2]int{1, 1}, [2]int{1, 1}},
+		{[2]int{2, 1}, [2]int{1, 1}, [2]int{0, 1}}, // row 0 commits nothing
+		{[2]int{2, 2}, [2]int{1, 1}, [2]int{1, 1}},
+	})
 }

@@ -369,36 +369,40 @@ func TestTritonNormInModels(t *testing.T) {
 	}
 }
 
-// A one-token window at batch 1 over a cache too large to copy (2 key/value heads of
-// 128 over 4608 slots, MiniCPM5-2B's past 4095: past the model's copy bound) still
-// takes its own slot where our attention kernel places windows (triton=place): the
-// kernel takes its key and value from the qkv product's rows in every layer, where the
-// options without it attend over cache and window apart (two products, XLA's).
+// A one-token window at batch 1 and 2 over a cache too large to copy (2 key/value
+// heads of 128 over 4608 slots, MiniCPM5-2B's past 4095: past the model's copy bound)
+// still takes its own slot where our attention kernel places windows (triton=place):
+// the kernel takes its key and value from the qkv product's rows in every layer, where
+// the options without it do not (at batch 1 they attend over cache and window apart:
+// two products, XLA's).
 func TestTritonPlacePastCopyBound(t *testing.T) {
 	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
 	const layers, capacity = 2, 4608
 	dir := zeroCheckpoint(t, layers)
 	for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-		b, err := hlo.NewBuildOnlyWith(options)
-		require.NoError(t, err)
-		m, err := model.Load(b, dir, model.LoadOptions{})
-		require.NoError(t, err)
-		inputs := []shapes.Shape{i32(1, 1), i32(1)}
-		for range 2 * layers {
-			inputs = append(inputs, m.CacheShape(1, capacity))
-		}
-		text := programText(t, m, "commit of 1", inputs, func(w *model.Weights, in []*Node) []*Node {
-			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 1, WriteLen: OnesLike(in[1])}
-			out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
-			return append([]*Node{out}, cache.Nodes()...)
-		})
-		require.NoError(t, m.Close())
-		if strings.HasSuffix(options, "place") {
-			require.Equal(t, layers, tritonCallsWith(text, placing), options)
-			require.Equal(t, layers, tritonCallsWith(text, "tt.func public @attention("), options+": our attention over the cache")
-		} else {
-			require.Empty(t, tritonCalls(text), options)
-			require.Len(t, opTexts(text, "dot_general"), layers*(4+4)+1, options+": per layer qkv, o, gate-up, down and two score and two value products; the head")
+		for _, batch := range []int{1, 2} {
+			b, err := hlo.NewBuildOnlyWith(options)
+			require.NoError(t, err)
+			m, err := model.Load(b, dir, model.LoadOptions{})
+			require.NoError(t, err)
+			inputs := []shapes.Shape{i32(batch, 1), i32(batch)}
+			for range 2 * layers {
+				inputs = append(inputs, m.CacheShape(batch, capacity))
+			}
+			text := programText(t, m, "commit of 1", inputs, func(w *model.Weights, in []*Node) []*Node {
+				win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 1, WriteLen: OnesLike(in[1])}
+				out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+				return append([]*Node{out}, cache.Nodes()...)
+			})
+			require.NoError(t, m.Close())
+			name := fmt.Sprintf("%s, batch %d", options, batch)
+			if strings.HasSuffix(options, "place") {
+				require.Equal(t, layers, tritonCallsWith(text, placing), name)
+				require.Equal(t, layers, tritonCallsWith(text, "tt.func public @attention("), name+": our attention over the cache")
+			} else if require.Zero(t, tritonCallsWith(text, placing), name); batch == 1 {
+				require.Empty(t, tritonCalls(text), name)
+				require.Len(t, opTexts(text, "dot_general"), layers*(4+4)+1, name+": per layer qkv, o, gate-up, down and two score and two value products; the head")
+			}
 		}
 	}
 }
