@@ -1410,3 +1410,49 @@ func TestTritonPlaceBatch2Match(t *testing.T) {
 	}
 	t.Logf("max |own slot - plain| / max |plain| over the logits: %.2g", worst)
 }
+
+// A product whose W no GEMV tile divides (4099 rows: 4096 for our GEMV, 3 for XLA's
+// dot) gives XLA's dot_general of the same operands, for 1 to 8 rows and both output
+// dtypes, to TestTritonGEMVMatchesDot's tolerances. The lowering is checked first, without a GPU:
+// a kernel per product, over 4096 rows of W read in place, a dot and a concatenation.
+func TestTritonRaggedGEMV(t *testing.T) {
+	const k, n, maxRows = 2048, 4099, 8
+	rng := rand.New(rand.NewPCG(9, 10))
+	outs := []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
+	inputs := []any{randomBF16(rng, []int{n, k}, float32(math.Sqrt(3/float64(k))))}
+	for m := 1; m <= maxRows; m++ {
+		inputs = append(inputs, randomBF16(rng, []int{1, m, k}, 1))
+	}
+	fn := func(in []*Node) []*Node {
+		var ys []*Node
+		for _, x := range in[1:] {
+			for _, out := range outs {
+				ys = append(ys, Dot(x, in[0]).WithOutputDType(out).General([]int{2}, nil, []int{1}, nil))
+			}
+		}
+		return ys
+	}
+	var inputShapes []shapes.Shape
+	for _, in := range inputs {
+		inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
+	}
+	text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
+	products := maxRows * len(outs)
+	require.Len(t, tritonCalls(text), products, "not all lowered")
+	require.Equal(t, products, strings.Count(text, "stablehlo.dot_general"), "XLA's dot of the rows left")
+	require.Equal(t, products, strings.Count(text, "stablehlo.concatenate"))
+	require.NotContains(t, text, fmt.Sprintf("-> tensor<4096x%dxbf16>", k), "no slice of W's 4096 rows")
+
+	plain, lowered := tritonBackends(t)
+	got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
+	for i := range want {
+		m, out := i/len(outs)+1, outs[i%len(outs)]
+		tol := 1e-4
+		if out == dtypes.BFloat16 {
+			tol = 1e-2
+		}
+		worst := relativeError(t, got[i], want[i])
+		t.Logf("%d rows, %s: max |ragged - dot| / max |dot|: %.2g", m, out, worst)
+		require.LessOrEqual(t, worst, tol, "%d rows, %s", m, out)
+	}
+}

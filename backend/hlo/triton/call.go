@@ -82,13 +82,22 @@ func mlirEscape(s string) string {
 // kernel of tile t, or x and w both uint8, GEMVFP8TTIR's: one program per t.BN rows of
 // w (Tile.Programs); with t.Split, y is the float32 partial sums [Split, m, n].
 func (kn Kernels) GEMV(x, w *stablehlo.Value, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
+	return kn.GEMVOfRows(x, w, w.Shape().Dimensions[0], t, out)
+}
+
+// GEMVOfRows is GEMV of w's first n rows: y [m, n], the kernel reading w in place (no
+// slice of it made).
+func (kn Kernels) GEMVOfRows(x, w *stablehlo.Value, n int, t Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	xs, ws := x.Shape(), w.Shape()
 	fp8x := xs.DType == dtypes.Uint8 && ws.DType == dtypes.Uint8
 	if xs.Rank() != 2 || ws.Rank() != 2 || xs.Dimensions[1] != ws.Dimensions[1] ||
 		!fp8x && (xs.DType != dtypes.BFloat16 || (ws.DType != dtypes.BFloat16 && ws.DType != dtypes.Uint8)) {
 		return nil, fmt.Errorf("triton: GEMV of x %s and w %s: want x [m, k] bfloat16 and w [n, k] bfloat16 or uint8, or both uint8", xs, ws)
 	}
-	m, k, n := xs.Dimensions[0], xs.Dimensions[1], ws.Dimensions[0]
+	if n < 1 || n > ws.Dimensions[0] {
+		return nil, fmt.Errorf("triton: GEMV of the first %d rows of w %s", n, ws)
+	}
+	m, k := xs.Dimensions[0], xs.Dimensions[1]
 	var ir string
 	var err error
 	if fp8x {
