@@ -32,7 +32,9 @@
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
 # cores, split K loops), fp8decode (its decoding at batch 1 and 8), fp8tiles (the FP8
 # and W8A8 tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding), ownslot
-# (one-token windows past the copy bound: their check, AR steps), w8a8compile (how
+# (one-token windows past the copy bound: their check, AR steps), xlafp8 (FP8 past 32
+# rows on XLA's GEMM reading the bytes, own slots at every batch, ragged GEMVs: checks
+# and decoding at batch 8 and 64), w8a8compile (how
 # long W8A8's AR step compiles), explore
 # (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
@@ -281,6 +283,28 @@ fp8tiles() {
     GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8 -decode "fused quality, reveal-all" \
       $a 2>&1 </dev/null | grep -E '^fused|rror' | grep -v compiled
   done
+}
+
+xlafp8() {
+  # FP8 products past 32 rows on XLA's GEMM reading the bytes as f8E4M3FN, one-token
+  # windows in their own slot at every batch size, ragged GEMVs (~7 min): their GPU
+  # checks and quant's FP8 tests on ours, then prefill and fused decoding at batch 8 and
+  # 64 in bf16, FP8 weight-only and W8A8, and AR decoding at batch 8 and 64 in bf16.
+  section "FP8 past 32 rows, own slots at batch 2, ragged GEMVs: checks"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 200 .gpu/bin/hlo.test -test.v \
+    -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/(fp8|w8a8)|TritonPlaceBatch2Match|TritonRaggedGEMV' 2>&1 |
+    grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 150 .gpu/bin/quant.test -test.v \
+    -test.run 'FP8Linear|QuantizedDiffusion|QuantizedWhileLoop' 2>&1 | grep -E '^(--- |ok|FAIL|PASS)|Error:|rror'
+  local a
+  for a in "" "-fp8 weight-only" "-fp8 w8a8"; do
+    section "prefill and fused decoding at batch 8 and 64: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only prefill,decode -batches 8,64 \
+      -decode "fused quality, reveal-all" $a 2>&1 </dev/null | grep -E '^(prefill|fused)|rror' | grep -v compiled
+  done
+  section "AR decoding at batch 8 and 64: bf16"
+  GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8,64 -decode autoregressive \
+    2>&1 </dev/null | grep -E '^autoregressive|rror' | grep -v compiled
 }
 
 ownslot() {

@@ -517,7 +517,8 @@ func setFittingFP8Tiles() (restore func()) {
 // where XLA decodes them into bfloat16 first: both multiply x by each byte's exact
 // value and sum in float32, in another order. FP8 runs once with the default tiles
 // (fitted to the fixtures' weights, fitDotTile: the 32-token window's products run a
-// Dot tile of 32 rows), once with the smaller tiles of setFittingFP8Tiles. So do the
+// Dot tile of 32 rows; the 64-token window's, XLA's GEMM reading the bytes as
+// f8E4M3FN values), once with the smaller tiles of setFittingFP8Tiles. So do the
 // models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
 // on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16.
 func TestTritonGEMVModelsMatch(t *testing.T) {
@@ -532,7 +533,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(weights+"/"+filepath.Base(dir), func(t *testing.T) {
 				worst := requireBF16WindowsMatch(t, lowered, plain, dir,
-					[]string{"4 tokens", "8 tokens", "32 tokens", "prefill", "step of 3", "step of 1"},
+					[]string{"4 tokens", "8 tokens", "32 tokens", "64 tokens", "prefill", "step of 3", "step of 1"},
 					func(m *model.Model, add func([][]float32, error)) {
 						switch weights {
 						case "bf16":
@@ -544,6 +545,7 @@ func TestTritonGEMVModelsMatch(t *testing.T) {
 						add(m.Logits(tokens[:4], 4))
 						add(m.Logits(tokens[:8], 4))
 						add(m.Logits(long, 4))
+						add(m.Logits(slices.Repeat(long, 2), 4))
 						s, err := m.NewSession(32, 4)
 						require.NoError(t, err)
 						defer s.Close()
