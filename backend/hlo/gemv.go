@@ -51,9 +51,9 @@ const maxFP8RowsTileRows = 4
 
 // maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
 // XLA's GEMM reads them converted as f8E4M3FN values (fp8BytesProduct). Runs FT and FU,
-// fused decoding (products of 8 rows of 2 to 8-token windows): at batch 4 (32 rows)
-// ours took 184.0 ms against XLA's 186.8, at batch 2 158.3 against 158.1, at batch 8
-// (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy decoded by
+// fused decoding (8-token windows, so products of 8 rows per batch row): at batch 4 (32
+// rows) ours took 184.0 ms against XLA's 186.8, at batch 2 158.3 against 158.1, at
+// batch 8 (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy decoded by
 // package quant's table), ours won up to 64 rows: run EW, 275 ms against 367 at batch
 // 8; blocks of 64 rows of one W tile, side by side, lost past 64 rows (batch 64: 766 ms
 // against 661).
