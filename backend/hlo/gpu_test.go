@@ -355,40 +355,59 @@ func requireRowsWithin(t *testing.T, what string, got, want [][]float32, tol flo
 func TestTritonGEMVMatchesDot(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	outs := []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
 	for _, s := range []struct{ k, n int }{{64, 192}, {160, 48}, {2048, 2560}, {6144, 2048}} {
 		t.Run(fmt.Sprintf("k%d_n%d", s.k, s.n), func(t *testing.T) {
-			// W's entries of variance 1/k; x [1, m, k] for m = 1..8, as the model's windows.
-			const maxRows = 8
-			inputs := []any{randomBF16(rng, []int{s.n, s.k}, float32(math.Sqrt(3/float64(s.k))))}
-			for m := 1; m <= maxRows; m++ {
-				inputs = append(inputs, randomBF16(rng, []int{1, m, s.k}, 1))
-			}
-			fn := func(in []*Node) []*Node {
-				var ys []*Node
-				for _, x := range in[1:] {
-					for _, out := range outs {
-						ys = append(ys, Dot(x, in[0]).WithOutputDType(out).General([]int{2}, nil, []int{1}, nil))
-					}
-				}
-				return ys
-			}
-			var inputShapes []shapes.Shape
-			for _, in := range inputs {
-				inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
-			}
+			inputs, inputShapes, fn := denseProducts(rng, s.n, s.k)
 			text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
-			require.Len(t, tritonCalls(text), maxRows*len(outs), "not all lowered")
+			require.Len(t, tritonCalls(text), denseRows*len(gemvOutputs), "not all lowered")
 			got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
-			for i := range want {
-				m, out := i/len(outs)+1, outs[i%len(outs)]
-				tol := 1e-4
-				if out == dtypes.BFloat16 {
-					tol = 1e-2
-				}
-				require.LessOrEqual(t, relativeError(t, got[i], want[i]), tol, "%d rows, %s: max |triton - dot| / max |dot|", m, out)
-			}
+			requireGEMVTolerances(t, got, want, "triton")
 		})
+	}
+}
+
+// denseRows and gemvOutputs are the most rows of x and the output dtypes of denseProducts.
+const denseRows = 8
+
+var gemvOutputs = []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
+
+// denseProducts returns the inputs of products x·Wᵀ (W [n, k] of entries of variance
+// 1/k, then x [1, m, k] for m = 1..denseRows, as the model's windows), their shapes,
+// and the graph of every x's product in every dtype of gemvOutputs.
+func denseProducts(rng *rand.Rand, n, k int) ([]any, []shapes.Shape, func(in []*Node) []*Node) {
+	inputs := []any{randomBF16(rng, []int{n, k}, float32(math.Sqrt(3/float64(k))))}
+	for m := 1; m <= denseRows; m++ {
+		inputs = append(inputs, randomBF16(rng, []int{1, m, k}, 1))
+	}
+	var inputShapes []shapes.Shape
+	for _, in := range inputs {
+		inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
+	}
+	return inputs, inputShapes, func(in []*Node) []*Node {
+		var ys []*Node
+		for _, x := range in[1:] {
+			for _, out := range gemvOutputs {
+				ys = append(ys, Dot(x, in[0]).WithOutputDType(out).General([]int{2}, nil, []int{1}, nil))
+			}
+		}
+		return ys
+	}
+}
+
+// requireGEMVTolerances checks denseProducts' results got against XLA's want: float32
+// within 1e-4 of the largest output, bfloat16 (rounded after either's float32 sums)
+// within 1e-2; what names the lowered side.
+func requireGEMVTolerances(t *testing.T, got, want []*tensors.Tensor, what string) {
+	t.Helper()
+	for i := range want {
+		m, out := i/len(gemvOutputs)+1, gemvOutputs[i%len(gemvOutputs)]
+		tol := 1e-4
+		if out == dtypes.BFloat16 {
+			tol = 1e-2
+		}
+		worst := relativeError(t, got[i], want[i])
+		t.Logf("%d rows, %s: max |%s - dot| / max |dot|: %.2g", m, out, what, worst)
+		require.LessOrEqual(t, worst, tol, "%d rows, %s", m, out)
 	}
 }
 
@@ -725,6 +744,20 @@ func TestTritonPlaceModelsMatch(t *testing.T) {
 		})
 }
 
+// wideHeads returns the plain backend, one on its client with the options blockdiff
+// picks on CUDA, and the config of a small random model of MiniCPM5-2B's head shape: two
+// layers, vocabulary 512, FFN 512.
+func wideHeads(t *testing.T) (plain, lowered compute.Backend, cfg model.Config) {
+	t.Helper()
+	plain, _ = backends(t)
+	lowered, err := hlo.WithOptions(plain.(*hlo.Backend),
+		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
+	require.NoError(t, err)
+	cfg = model.MiniCPM5_2B
+	cfg.NumLayers, cfg.VocabSize, cfg.IntermediateSize, cfg.MaskTokenID = 2, 512, 512, 511
+	return plain, lowered, cfg
+}
+
 // Our attention kernel places windows of 4 tokens at batch 1 in MiniCPM5-2B's head
 // shape too, which no fixture model has: 16 query and 2 key/value heads of 128, so 32
 // query rows per key/value head, held by two programs of 16 (triton.Attention's row
@@ -736,12 +769,7 @@ func TestTritonPlaceModelsMatch(t *testing.T) {
 // and window apart without it (TestTritonPlacePastCopyBound), the second reading the
 // key the first wrote. The tolerance is TestTritonGEMVModelsMatch's.
 func TestTritonPlaceWideHeadsMatch(t *testing.T) {
-	plain, _ := backends(t)
-	lowered, err := hlo.WithOptions(plain.(*hlo.Backend),
-		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
-	require.NoError(t, err)
-	cfg := model.MiniCPM5_2B
-	cfg.NumLayers, cfg.VocabSize, cfg.IntermediateSize, cfg.MaskTokenID = 2, 512, 512, 511
+	plain, lowered, cfg := wideHeads(t)
 	prompt := make([]int32, 30)
 	for i := range prompt {
 		prompt[i] = int32(testTokens[i%len(testTokens)] + i)
@@ -1385,12 +1413,7 @@ func callAndRead(b *testing.B, exec *Exec, inputs []any) {
 // both again, each window reading what the ones before wrote. The tolerance is
 // TestTritonGEMVModelsMatch's.
 func TestTritonPlaceBatch2Match(t *testing.T) {
-	plain, _ := backends(t)
-	lowered, err := hlo.WithOptions(plain.(*hlo.Backend),
-		"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place")
-	require.NoError(t, err)
-	cfg := model.MiniCPM5_2B
-	cfg.NumLayers, cfg.VocabSize, cfg.IntermediateSize, cfg.MaskTokenID = 2, 512, 512, 511
+	plain, lowered, cfg := wideHeads(t)
 	names := []string{"both rows commit", "the second row commits nothing", "both again"}
 	forward := func(b compute.Backend) [][][]float32 {
 		m, err := model.NewRandom(b, cfg, dtypes.BFloat16, 7)
@@ -1415,31 +1438,14 @@ func TestTritonPlaceBatch2Match(t *testing.T) {
 
 // A product whose W no GEMV tile divides (4099 rows: 4096 for our GEMV, 3 for XLA's
 // dot) gives XLA's dot_general of the same operands, for 1 to 8 rows and both output
-// dtypes, to TestTritonGEMVMatchesDot's tolerances. The lowering is checked first, without a GPU:
-// a kernel per product, over 4096 rows of W read in place, a dot and a concatenation.
+// dtypes, to TestTritonGEMVMatchesDot's tolerances. The lowering is checked first,
+// without a GPU: a kernel per product, over 4096 rows of W read in place, a dot and a
+// concatenation.
 func TestTritonRaggedGEMV(t *testing.T) {
-	const k, n, maxRows = 2048, 4099, 8
-	rng := rand.New(rand.NewPCG(9, 10))
-	outs := []dtypes.DType{dtypes.Float32, dtypes.BFloat16}
-	inputs := []any{randomBF16(rng, []int{n, k}, float32(math.Sqrt(3/float64(k))))}
-	for m := 1; m <= maxRows; m++ {
-		inputs = append(inputs, randomBF16(rng, []int{1, m, k}, 1))
-	}
-	fn := func(in []*Node) []*Node {
-		var ys []*Node
-		for _, x := range in[1:] {
-			for _, out := range outs {
-				ys = append(ys, Dot(x, in[0]).WithOutputDType(out).General([]int{2}, nil, []int{1}, nil))
-			}
-		}
-		return ys
-	}
-	var inputShapes []shapes.Shape
-	for _, in := range inputs {
-		inputShapes = append(inputShapes, in.(*tensors.Tensor).Shape())
-	}
+	const k = 2048
+	inputs, inputShapes, fn := denseProducts(rand.New(rand.NewPCG(9, 10)), 4099, k)
 	text := buildOn(t, tritonOnly(t), inputShapes, func(_ *Graph, in []*Node) []*Node { return fn(in) })
-	products := maxRows * len(outs)
+	products := denseRows * len(gemvOutputs)
 	require.Len(t, tritonCalls(text), products, "not all lowered")
 	require.Equal(t, products, strings.Count(text, "stablehlo.dot_general"), "XLA's dot of the rows left")
 	require.Equal(t, products, strings.Count(text, "stablehlo.concatenate"))
@@ -1447,14 +1453,5 @@ func TestTritonRaggedGEMV(t *testing.T) {
 
 	plain, lowered := tritonBackends(t)
 	got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
-	for i := range want {
-		m, out := i/len(outs)+1, outs[i%len(outs)]
-		tol := 1e-4
-		if out == dtypes.BFloat16 {
-			tol = 1e-2
-		}
-		worst := relativeError(t, got[i], want[i])
-		t.Logf("%d rows, %s: max |ragged - dot| / max |dot|: %.2g", m, out, worst)
-		require.LessOrEqual(t, worst, tol, "%d rows, %s", m, out)
-	}
+	requireGEMVTolerances(t, got, want, "ragged")
 }
