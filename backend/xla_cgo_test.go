@@ -27,9 +27,12 @@ func TestHLOAsksForFusedAttention(t *testing.T) {
 }
 
 // One-token windows pad to 4 positions below 64 rows on an accelerator, except a
-// single row where 1-row products are fast.
+// single row where 1-row products are fast and any batch where the backend places
+// windows.
 func TestMinWindow(t *testing.T) {
 	lowered, err := hlo.NewBuildOnlyWith("triton=gemv")
+	require.NoError(t, err)
+	placing, err := hlo.NewBuildOnlyWith("triton=gemv,triton=attention,triton=rope,triton=place")
 	require.NoError(t, err)
 	onGo, err := NewWithConfig(GoConfig)
 	require.NoError(t, err)
@@ -41,6 +44,7 @@ func TestMinWindow(t *testing.T) {
 	}{
 		{"XLA-like", hlo.NewBuildOnly(), []int{1, 8, 63, 64, 256}, []int{4, 4, 4, 1, 1}},
 		{"fast single rows", lowered, []int{1, 2, 8, 64}, []int{1, 4, 4, 1}},
+		{"places windows", placing, []int{1, 2, 8, 63, 64}, []int{1, 1, 1, 1, 1}},
 		{"Go", onGo, []int{1, 8, 64}, []int{1, 1, 1}},
 	} {
 		for i, batch := range c.batches {
