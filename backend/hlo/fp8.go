@@ -223,26 +223,37 @@ func (f *Function) e4m3Values(bytes *stablehlo.Value, dtype dtypes.DType) (*stab
 
 // retypeE4M3 returns the module text with the int8 values that e4m3Values made, named
 // by names, retyped to f8E4M3FN: each one's bitcast_convert and the convert reading it.
+// One pass over the text's lines (a decoder's program holds hundreds of such values in
+// tens of thousands of lines).
 func retypeE4M3(text []byte, names []string) ([]byte, error) {
 	if len(names) == 0 {
 		return text, nil
 	}
-	lines := strings.Split(string(text), "\n")
+	defs, converts := make(map[string]int, len(names)), make(map[string]int, len(names))
 	for _, name := range names {
-		def, uses := name+` = "stablehlo.bitcast_convert"(`, `"stablehlo.convert"(`+name+`)`
-		defs, converts := 0, 0
-		for i, line := range lines {
-			switch {
-			case strings.HasPrefix(strings.TrimSpace(line), def) && strings.HasSuffix(line, "xi8>"):
+		defs[name] = 0
+	}
+	const bitcast, convert = ` = "stablehlo.bitcast_convert"(`, `"stablehlo.convert"(`
+	lines := strings.Split(string(text), "\n")
+	for i, line := range lines {
+		if def, _, ok := strings.Cut(strings.TrimSpace(line), bitcast); ok && strings.HasSuffix(line, "xi8>") {
+			if _, ours := defs[def]; ours {
 				lines[i] = strings.TrimSuffix(line, "xi8>") + "xf8E4M3FN>"
-				defs++
-			case strings.Contains(line, uses) && strings.Contains(line, "xi8>)"):
+				defs[def]++
+			}
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, convert); ok && strings.Contains(line, "xi8>)") {
+			operand, _, _ := strings.Cut(rest, ")")
+			if _, ours := defs[operand]; ours {
 				lines[i] = strings.Replace(line, "xi8>)", "xf8E4M3FN>)", 1)
-				converts++
+				converts[operand]++
 			}
 		}
-		if defs != 1 || converts != 1 {
-			return nil, fmt.Errorf("hlo: retyping %s to f8E4M3FN: %d definitions and %d conversions, want one each", name, defs, converts)
+	}
+	for _, name := range names {
+		if defs[name] != 1 || converts[name] != 1 {
+			return nil, fmt.Errorf("hlo: retyping %s to f8E4M3FN: %d definitions and %d conversions, want one each", name, defs[name], converts[name])
 		}
 	}
 	return []byte(strings.Join(lines, "\n")), nil
