@@ -416,8 +416,10 @@ func writeSlots(cache, x, start *Node) *Node {
 // not matter. Run FK measured that on an H200 at batch 1 against two products over
 // cache and window apart: the AR step 13 % faster with MiniCPM-2B's shape (36
 // key/value heads of 64, 528 slots), 37 % with MiniCPM5-2B's over 4608 slots; run FR at
-// larger batches (where the windows go into their slots by a scatter, see [inSlots]):
-// AR decoding at batch 64 842 ms against 902, at batch 8 754 against 751.
+// batch 64 (where the windows went into their slots by scatters, see [inSlots]): AR
+// decoding 842 ms against 902. Below 64 rows one-token windows were padded to 4
+// positions then (backend.MinWindow); unpadded, runs FX and FY: 20-32 % less time at
+// batch 2 to 32.
 func inOwnSlot(cache shapes.Shape, w int, placesWindows bool) bool {
 	return w == 1 && (concatenates(cache, w) || placesWindows)
 }

@@ -209,7 +209,7 @@ func TestTritonNormFP8InModels(t *testing.T) {
 	})
 }
 
-// FP8 products of 2 to 64 rows split their K loop (splitK): with tiles the fixtures
+// FP8 products of 2 to 32 rows split their K loop (splitK): with tiles the fixtures
 // fit, the FP8 layers of a 4-row window (the Dot tile of DotRows rows; a 32-row one's
 // many-rows tile in TestTritonGEMVFP8ManyRowsInModels) run split programs.
 func TestSplitKInModels(t *testing.T) {

@@ -53,10 +53,10 @@ const maxFP8RowsTileRows = 4
 // XLA's GEMM reads them converted as f8E4M3FN values (fp8BytesProduct). Runs FT and FU,
 // fused decoding (8-token windows, so products of 8 rows per batch row): at batch 4 (32
 // rows) ours took 184.0 ms against XLA's 186.8, at batch 2 158.3 against 158.1, at
-// batch 8 (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy decoded by
-// package quant's table), ours won up to 64 rows: run EW, 275 ms against 367 at batch
-// 8; blocks of 64 rows of one W tile, side by side, lost past 64 rows (batch 64: 766 ms
-// against 661).
+// batch 8 (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy
+// decoded by package quant's table), ours won up to 64 rows: run EW, 275 ms against
+// 367 at batch 8; blocks of 64 rows of one W tile, side by side, lost past 64 rows
+// (batch 64: 766 ms against 661).
 const maxFP8Rows = 32
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
@@ -201,8 +201,8 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 // maxFP8Rows for FP8 bytes), a tile of gemvTile (of fp8Tile for FP8 bytes, of w8a8Tile
 // for both; for bfloat16 W that no tile divides, a tile of the rows one divides, the
 // rest XLA's: raggedGEMV), and an output dtype of gemvOutput. lhs is reshaped to [M, K]
-// and the [M, N] result to [..., N]. ok is false, with no op added, for every other product; err
-// is set (with ok true) only if building the lowered product failed.
+// and the [M, N] result to [..., N]. ok is false, with no op added, for every other
+// product; err is set (with ok true) only if building the lowered product failed.
 func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	rhs *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int,
 	config compute.DotGeneralConfig) (v *stablehlo.Value, ok bool, err error) {

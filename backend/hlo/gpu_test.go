@@ -418,10 +418,10 @@ func requireGEMVTolerances(t *testing.T, got, want []*tensors.Tensor, what strin
 // take the row tile, the Dot tile and the Dot tile of 32 rows on the weight's bytes,
 // and at 64 and 512 rows, XLA's GEMM of the bytes converted as f8E4M3FN values,
 // weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes too, FP8 × FP8
-// on the tensor cores; past 32, its values). Both sides multiply exact E4M3 values, whose
-// products float32 holds exactly, and differ only in the order of the float32 sums:
-// sums carried in less than float32 (as FP8 tensor cores can) would fail it. The lowering is checked first, on a build-only backend, so
-// that it runs without a GPU too.
+// on the tensor cores; past 32, its values). Both sides multiply exact E4M3 values,
+// whose products float32 holds exactly, and differ only in the order of the float32
+// sums: sums carried in less than float32 (as FP8 tensor cores can) would fail it. The
+// lowering is checked first, on a build-only backend, so that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
 	rows := []int{1, 4, 8, 32, 64, 512}
 	const ours = 4 // products of up to 32 rows

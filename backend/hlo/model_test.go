@@ -380,9 +380,9 @@ func TestTritonPlacePastCopyBound(t *testing.T) {
 	const layers, capacity = 2, 4608
 	dir := zeroCheckpoint(t, layers)
 	for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
+		b, err := hlo.NewBuildOnlyWith(options)
+		require.NoError(t, err)
 		for _, batch := range []int{1, 2} {
-			b, err := hlo.NewBuildOnlyWith(options)
-			require.NoError(t, err)
 			m, err := model.Load(b, dir, model.LoadOptions{})
 			require.NoError(t, err)
 			inputs := []shapes.Shape{i32(batch, 1), i32(batch)}

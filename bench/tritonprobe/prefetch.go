@@ -50,7 +50,7 @@ var prefetchOps = []prefetchOp{
 	{"line", "prefetch.global.L2 [$1];", 128},
 }
 
-// prefetchPerProgram is the chunks of W each program of a prefetch kernel asks for.
+// perProgram is the chunks of W each program of a prefetch kernel asks for.
 func (op prefetchOp) perProgram() int {
 	if op.chunk == 128 {
 		return 1024
