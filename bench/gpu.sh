@@ -34,7 +34,8 @@
 # and W8A8 tiles' checks and figures: MiniCPM5-2B's steps and batch-8 decoding), ownslot
 # (one-token windows past the copy bound: their check, AR steps), xlafp8 (FP8 past 32
 # rows on XLA's GEMM reading the bytes, own slots at every batch, ragged GEMVs: checks
-# and decoding at batch 8 and 64), w8a8compile (how
+# and decoding at batch 8 and 64), w8a8 (W8A8 past 32 rows on XLA's FP8 x FP8 GEMM:
+# checks, decoding at batch 8 and 64), w8a8compile (how
 # long W8A8's AR step compiles), explore
 # (per-layer cost, the padded AR step, XLA flag variants, HLO dumps),
 # tiling (XLA's exhaustive GEMM search and its cache on disk), flagsweep (the steps
@@ -92,16 +93,19 @@ hlo() {
 }
 
 hlodecoder() {
-  # The decoder's fixture tests and quant's GPU-relevant tests on ours with
-  # triton=gemv, as on XLA's backend in the fixtures section: what making it the
-  # default on CUDA rests on (<= 540 s; run AC: TestFixtureAccuracy, which compiles
-  # many small programs, took 178 s).
-  section "decoder and FP8 on bdxla,triton=gemv"
-  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 240 .gpu/bin/diffusion.test -test.v \
+  # The decoder's fixture tests and quant's GPU-relevant tests on ours as picked on
+  # CUDA (every triton option, so windows placed and one-token windows unpadded at
+  # batch 2-63), as on XLA's backend in the fixtures section (<= 540 s; run AC:
+  # TestFixtureAccuracy, which compiles many small programs, took 178 s; runs before FZ
+  # ran triton=gemv alone).
+  local ours
+  ours=$(backend_config ours)
+  section "decoder and FP8 on ours ($ours)"
+  GOMLX_BACKEND="$ours,notf32" timeout 240 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel' \
     >"$OUT/diffusion-hlo.log" 2>&1
   echo "diffusion on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/diffusion-hlo.log" | head -20
-  GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 300 .gpu/bin/quant.test -test.v \
+  GOMLX_BACKEND="$ours,notf32" timeout 300 .gpu/bin/quant.test -test.v \
     -test.run 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' >"$OUT/quant-hlo.log" 2>&1
   echo "quant on hlo: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror' "$OUT/quant-hlo.log" | head -20
 }
@@ -305,6 +309,25 @@ xlafp8() {
   section "AR decoding at batch 8 and 64: bf16"
   GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8,64 -decode autoregressive \
     2>&1 </dev/null | grep -E '^autoregressive|rror' | grep -v compiled
+}
+
+w8a8() {
+  # W8A8 products past 32 rows on XLA's FP8 x FP8 GEMM under precision HIGHEST (~8 min):
+  # the FP8 products at three shapes and the fixture W8A8 models against the plain
+  # backend, quant's GPU-relevant tests (the fixture models' accuracy among them) on ours,
+  # then prefill and fused decoding at batch 8 and 64, bf16 then W8A8.
+  section "W8A8 past 32 rows on XLA's FP8 x FP8 GEMM: checks"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
+    -test.run 'TritonFP8MatchesDot|TritonGEMVModelsMatch/w8a8' 2>&1 | grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
+  GOMLX_BACKEND="$(backend_config ours),notf32" timeout 280 .gpu/bin/quant.test -test.v \
+    -test.run 'FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' >"$OUT/quant-w8a8.log" 2>&1
+  echo "quant on ours: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror|W8A8' "$OUT/quant-w8a8.log" | head -30
+  local a
+  for a in "" "-fp8 w8a8"; do
+    section "prefill and fused decoding at batch 8 and 64: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout 120 .gpu/bin/bench -only prefill,decode -batches 8,64 \
+      -decode "fused quality, reveal-all" $a 2>&1 </dev/null | grep -E '^(prefill|fused)|rror' | grep -v compiled
+  done
 }
 
 ownslot() {

@@ -356,7 +356,7 @@ func (f *Function) raggedGEMV(x, rhs *stablehlo.Value, rows int, t triton.Tile, 
 		return nil, err
 	}
 	tail, err := f.xlaDot([]*stablehlo.Value{x, rest}, []int{1}, nil, []int{1}, nil,
-		compute.DotGeneralConfig{AccumulatorDType: dtypes.Float32, OutputDType: out})
+		compute.DotGeneralConfig{AccumulatorDType: dtypes.Float32, OutputDType: out}, false)
 	if err != nil {
 		return nil, err
 	}

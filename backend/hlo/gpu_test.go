@@ -418,10 +418,13 @@ func requireGEMVTolerances(t *testing.T, got, want []*tensors.Tensor, what strin
 // take the row tile, the Dot tile and the Dot tile of 32 rows on the weight's bytes,
 // and at 64 and 512 rows, XLA's GEMM of the bytes converted as f8E4M3FN values,
 // weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes too, FP8 × FP8
-// on the tensor cores; past 32, its values). Both sides multiply exact E4M3 values,
-// whose products float32 holds exactly, and differ only in the order of the float32
-// sums: sums carried in less than float32 (as FP8 tensor cores can) would fail it. The
-// lowering is checked first, on a build-only backend, so that it runs without a GPU too.
+// on the tensor cores in our kernel; past 32, in XLA's GEMM). Both sides multiply exact
+// E4M3 values, whose products float32 holds exactly, and differ only in the order of the
+// float32 sums: sums carried in less than float32 would fail it. Save XLA's FP8 × FP8
+// GEMM's, which keeps fewer bits under precision HIGHEST (run GA: 2.6e-4 to 2.9e-4 off
+// the exact product at K 2048): its bound is 6e-4, which cuBLASLt's fast accumulation
+// (precision DEFAULT, 8.8e-4 to 1e-3 there) would fail. The lowering is checked first,
+// on a build-only backend, so that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
 	rows := []int{1, 4, 8, 32, 64, 512}
 	const ours = 4 // products of up to 32 rows
@@ -470,12 +473,22 @@ func TestTritonFP8MatchesDot(t *testing.T) {
 					fp8x = 2 // 4 and 8 rows
 				}
 				require.Equal(t, fp8x, tritonCallsWith(text, "%x: !tt.ptr<f8E4M3FN>"), "FP8 × FP8 products")
+				xlaFP8x := 0
+				if w8a8 {
+					xlaFP8x = len(rows) - ours
+				}
+				require.Equal(t, xlaFP8x, strings.Count(text, "precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"),
+					"XLA's FP8 × FP8 products, of precision HIGHEST")
 
 				plain, lowered := tritonBackends(t)
 				got, want := execOnBoth(t, lowered, fn, plain, fn, inputs...)
 				for i, m := range rows {
 					worst := relativeError(t, got[i], want[i])
-					require.LessOrEqual(t, worst, 1e-4, "%d rows: max |triton - dot| / max |dot|", m)
+					bound := 1e-4
+					if w8a8 && m > 32 {
+						bound = 6e-4
+					}
+					require.LessOrEqual(t, worst, bound, "%d rows: max |triton - dot| / max |dot|", m)
 					t.Logf("%d rows: max |triton - dot| / max |dot|: %.2g", m, worst)
 				}
 			})
@@ -539,7 +552,8 @@ func setFittingFP8Tiles() (restore func()) {
 // Dot tile of 32 rows; the 64-token window's, XLA's GEMM reading the bytes as
 // f8E4M3FN values), once with the smaller tiles of setFittingFP8Tiles. So do the
 // models with W8A8 layers (quantizeW8A8), their products of 2 to 8 rows FP8 × FP8
-// on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16.
+// on the tensor cores, where XLA's decode both sides' bytes and multiply in bfloat16,
+// and the 64-token window's in XLA's FP8 × FP8 GEMM.
 func TestTritonGEMVModelsMatch(t *testing.T) {
 	plain, lowered := tritonBackends(t)
 	tokens := testTokens

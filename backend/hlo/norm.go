@@ -118,7 +118,7 @@ func (f *Function) normedRowsProduct(product, x, g, scale *value, addends []*val
 	contracting := []int{product.origin.x.shape.Rank() - 1}
 	var y *stablehlo.Value
 	if rows.Before {
-		v, ok, err := f.fp8BytesProduct(xg, contracting, nil, vs[n+3], []int{1}, nil, product.origin.config)
+		v, ok, err := f.fp8BytesProduct(xg, nil, contracting, nil, vs[n+3], []int{1}, nil, product.origin.config)
 		if err != nil {
 			return nil, opError(op, err)
 		}

@@ -374,6 +374,7 @@ func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContract
 		return nil, true, err
 	}
 	w := ws[0]
+	var xBytes *stablehlo.Value
 	if bytes := e4m3Bytes(lhs); bytes != nil {
 		b, err := f.operands(bytes)
 		if err != nil {
@@ -382,19 +383,24 @@ func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContract
 		if v, ok, err := f.tritonGEMV(b[0], lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config); ok {
 			return v, ok, err
 		}
+		xBytes = b[0]
 	}
-	return f.fp8BytesProduct(x, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config)
+	return f.fp8BytesProduct(x, xBytes, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config)
 }
 
 // fp8BytesProduct is, under option triton, the product of x by FP8 bytes w: our GEMV
-// on the bytes where fp8Tile has a tile, else XLA's dot_general of x by the bytes
-// converted as f8E4M3FN values (e4m3Values), so that XLA's GEMM reads the bytes and
-// converts them itself instead of reading a decoded copy of the weight (run FS: fused
-// decoding at batch 64 took 559 ms against 649, the 512-token prefill 8.8 against
-// 11.1). A W8A8 layer's input stays its values, not its bytes: XLA's FP8 × FP8 GEMM
-// (cuBLASLt) sums in less than float32 precision. ok is false without option triton
-// (the plain backend keeps package quant's table).
-func (f *Function) fp8BytesProduct(x *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
+// on the bytes where fp8Tile has a tile, else XLA's dot_general of the bytes converted
+// as f8E4M3FN values (e4m3Values), so that XLA's GEMM reads the bytes and converts them
+// itself instead of reading a decoded copy of the weight (run FS: fused decoding at
+// batch 64 took 559 ms against 649, the 512-token prefill 8.8 against 11.1). By x's
+// values; or, where a W8A8 layer quantized x (xBytes not nil), by its bytes, converted
+// too, so that XLA's FP8 × FP8 GEMM (cuBLASLt) runs on the tensor cores, under precision
+// HIGHEST: their sums keep fewer bits than float32's, within 3e-4 of the exact product
+// of the bytes against 1.5e-6 for x's values (run GA; 1e-3 under DEFAULT, cuBLASLt's
+// fast accumulation), far under the input's own rounding to E4M3, for batch-64 W8A8
+// decoding in 421 against 595 ms. ok is false without option triton (the plain backend
+// keeps package quant's table).
+func (f *Function) fp8BytesProduct(x, xBytes *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
 	if f.builder.backend.tritonGEMV == gemvNone {
 		return nil, false, nil
@@ -402,11 +408,19 @@ func (f *Function) fp8BytesProduct(x *stablehlo.Value, lhsContractingAxes, lhsBa
 	if v, ok, err := f.tritonGEMV(x, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config); ok {
 		return v, ok, err
 	}
-	values, err := f.e4m3Values(w, x.Shape().DType)
+	wValues, err := f.e4m3Values(w, x.Shape().DType)
 	if err != nil {
 		return nil, true, err
 	}
-	v, err := f.xlaDot([]*stablehlo.Value{x, values}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	if xBytes == nil {
+		v, err := f.xlaDot([]*stablehlo.Value{x, wValues}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, false)
+		return v, true, err
+	}
+	xValues, err := f.e4m3Values(xBytes, x.Shape().DType)
+	if err != nil {
+		return nil, true, err
+	}
+	v, err := f.xlaDot([]*stablehlo.Value{xValues, wValues}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, true)
 	return v, true, err
 }
 
@@ -418,15 +432,15 @@ func (f *Function) dotGeneral(vs []*stablehlo.Value, lhsContractingAxes, lhsBatc
 	if v, ok, err := f.tritonGEMV(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes, config); ok {
 		return f.result(op, v, err)
 	}
-	v, err := f.xlaDot(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
+	v, err := f.xlaDot(vs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, false)
 	return f.result(op, v, err)
 }
 
 // xlaDot is stablehlo.dot_general of the operands vs, its preferred element type the
 // accumulator dtype (else the output dtype), converted to the output dtype after; of
-// precision HIGHEST for float32 under option notf32.
+// precision HIGHEST where highest is true, or for float32 under option notf32.
 func (f *Function) xlaDot(vs []*stablehlo.Value, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes []int,
-	config compute.DotGeneralConfig) (*stablehlo.Value, error) {
+	config compute.DotGeneralConfig, highest bool) (*stablehlo.Value, error) {
 	preferred := vs[0].Shape().DType
 	if config.AccumulatorDType != dtypes.InvalidDType {
 		preferred = config.AccumulatorDType
@@ -435,7 +449,7 @@ func (f *Function) xlaDot(vs []*stablehlo.Value, lhsContractingAxes, lhsBatchAxe
 	}
 	dot := stablehlo.DotGeneral(vs[0], lhsContractingAxes, lhsBatchAxes, vs[1], rhsContractingAxes, rhsBatchAxes).
 		OutputDType(preferred)
-	if f.builder.backend.noTF32 && vs[0].Shape().DType == dtypes.Float32 {
+	if highest || f.builder.backend.noTF32 && vs[0].Shape().DType == dtypes.Float32 {
 		dot = dot.Precision(types.DotGeneralPrecisionHighest, types.DotGeneralPrecisionHighest)
 	}
 	v, err := dot.Done()
