@@ -236,8 +236,8 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 	// ragged is, where no tile divides a bfloat16 W, the rows of W a tile does divide
 	// (the rest go to XLA's dot: raggedGEMV).
 	ragged := 0
-	if !ok && ls.DType == dtypes.BFloat16 && rs.DType == dtypes.BFloat16 {
-		if ragged = n - n%gemvTiles[min(m, maxGEMVRows)].BN; ragged > 0 {
+	if !ok && m <= maxGEMVRows && ls.DType == dtypes.BFloat16 && rs.DType == dtypes.BFloat16 {
+		if ragged = n - n%gemvTiles[m].BN; ragged > 0 {
 			t, ok = gemvTile(m, ragged, k)
 		}
 	}

@@ -412,15 +412,13 @@ func (f *Function) fp8BytesProduct(x, xBytes *stablehlo.Value, lhsContractingAxe
 	if err != nil {
 		return nil, true, err
 	}
-	if xBytes == nil {
-		v, err := f.xlaDot([]*stablehlo.Value{x, wValues}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, false)
-		return v, true, err
+	lhs := x
+	if xBytes != nil {
+		if lhs, err = f.e4m3Values(xBytes, x.Shape().DType); err != nil {
+			return nil, true, err
+		}
 	}
-	xValues, err := f.e4m3Values(xBytes, x.Shape().DType)
-	if err != nil {
-		return nil, true, err
-	}
-	v, err := f.xlaDot([]*stablehlo.Value{xValues, wValues}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, true)
+	v, err := f.xlaDot([]*stablehlo.Value{lhs, wValues}, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config, xBytes != nil)
 	return v, true, err
 }
 
