@@ -289,6 +289,18 @@ fp8tiles() {
   done
 }
 
+# fused_8_64 LIMIT ARGS... runs prefill and fused decoding at batch 8 and 64 on ours, a
+# process per ARGS (bench flags: "" for bf16, "-fp8 w8a8", ...), each under LIMIT s.
+fused_8_64() {
+  local limit=$1 a
+  shift
+  for a in "$@"; do
+    section "prefill and fused decoding at batch 8 and 64: ${a:-bf16}"
+    GOMLX_BACKEND=$(backend_config ours) timeout "$limit" .gpu/bin/bench -only prefill,decode -batches 8,64 \
+      -decode "fused quality, reveal-all" $a 2>&1 </dev/null | grep -E '^(prefill|fused)|rror' | grep -v compiled
+  done
+}
+
 xlafp8() {
   # FP8 products past 32 rows on XLA's GEMM reading the bytes as f8E4M3FN, one-token
   # windows in their own slot at every batch size, ragged GEMVs (~7 min): their GPU
@@ -300,12 +312,7 @@ xlafp8() {
     grep -E '^\s*(--- FAIL|ok|FAIL|PASS)|Error:|max \|'
   GOMLX_BACKEND="bdxla:$plugin,notf32,triton=gemv" timeout 150 .gpu/bin/quant.test -test.v \
     -test.run 'FP8Linear|QuantizedDiffusion|QuantizedWhileLoop' 2>&1 | grep -E '^(--- |ok|FAIL|PASS)|Error:|rror'
-  local a
-  for a in "" "-fp8 weight-only" "-fp8 w8a8"; do
-    section "prefill and fused decoding at batch 8 and 64: ${a:-bf16}"
-    GOMLX_BACKEND=$(backend_config ours) timeout 150 .gpu/bin/bench -only prefill,decode -batches 8,64 \
-      -decode "fused quality, reveal-all" $a 2>&1 </dev/null | grep -E '^(prefill|fused)|rror' | grep -v compiled
-  done
+  fused_8_64 150 "" "-fp8 weight-only" "-fp8 w8a8"
   section "AR decoding at batch 8 and 64: bf16"
   GOMLX_BACKEND=$(backend_config ours) timeout 100 .gpu/bin/bench -only decode -batches 8,64 -decode autoregressive \
     2>&1 </dev/null | grep -E '^autoregressive|rror' | grep -v compiled
@@ -322,12 +329,7 @@ w8a8() {
   GOMLX_BACKEND="$(backend_config ours),notf32" timeout 280 .gpu/bin/quant.test -test.v \
     -test.run 'FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' >"$OUT/quant-w8a8.log" 2>&1
   echo "quant on ours: rc=$?"; grep -E '^(--- |ok|FAIL|PASS)|Error:|rror|W8A8' "$OUT/quant-w8a8.log" | head -30
-  local a
-  for a in "" "-fp8 w8a8"; do
-    section "prefill and fused decoding at batch 8 and 64: ${a:-bf16}"
-    GOMLX_BACKEND=$(backend_config ours) timeout 200 .gpu/bin/bench -only prefill,decode -batches 8,64 \
-      -decode "fused quality, reveal-all" $a 2>&1 </dev/null | grep -E '^(prefill|fused)|rror' | grep -v compiled
-  done
+  fused_8_64 200 "" "-fp8 w8a8"
 }
 
 ownslot() {
