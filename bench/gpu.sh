@@ -23,7 +23,8 @@
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
-# persistent (its persistent-kernel probe),
+# persistent (its persistent-kernel probe), dattnab (the peer's AR step under variants of
+# its decode attention),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
 # on backend labels),
@@ -190,6 +191,24 @@ steps() {
   for slots in 528 768; do
     section "steps on ours, a cache of $slots slots"
     CAPACITY=$slots steps_of .gpu/bin/bench
+  done
+}
+
+dattnab() {
+  # The peer's AR batch-1 step under variants of its decode attention (peer.py's
+  # --dattn-steps, --dattn-preload and --dattn-combine; DATTN_VARIANTS="STEPS:PRELOAD:COMBINE
+  # ..."), one process each, alternating over ROUNDS rounds (default 2), ~45 s a process.
+  local round v st pre comb name
+  for round in $(seq "${ROUNDS:-2}"); do
+    for v in ${DATTN_VARIANTS:-1:off:kernel 1:on:kernel 2:on:kernel 4:on:kernel 4:on:last-cta}; do
+      IFS=: read -r st pre comb <<<"$v"
+      name="dattn-$st-$pre-$comb-$round"
+      section "peer AR step, --dattn-steps $st --dattn-preload $pre --dattn-combine $comb, round $round"
+      timeout 150 python3 bench/pytorch/peer.py --batch 1 --prefill 512 --only ar/main --dattn-tune off \
+        --dattn-steps "$st" --dattn-preload "$pre" --dattn-combine "$comb" --no-profile \
+        --out "$OUT/$name" >"$OUT/$name.log" 2>&1
+      echo "rc=$?"; grep -E '^\[decode-attn\]|FAIL|^ar |AR step batch 1' "$OUT/$name.log" | tail -4
+    done
   done
 }
 

@@ -448,6 +448,9 @@ def format_gemv_table(rows) -> str:
 # that passes the check (TritonDecodeAttn.block_n). Each must be a power of 2
 # >= 16 (tl.dot's minimum: the chunk is the N of q @ K^T and the K of p @ V).
 DECODE_ATTN_BLOCK_N = 32
+# Steps of DECODE_ATTN_BLOCK_N positions each split CTA walks (--dattn-steps): a CTA
+# covers block_n x steps positions, with an online softmax across its steps.
+DECODE_ATTN_STEPS = 1
 DECODE_ATTN_CANDIDATES = (32, 64, 16)  # the default first, in case time runs out
 DATTN_TUNE_S = 20.0  # --dattn-tune stops trying chunk sizes after this many seconds
 # --dattn-tune times the attention of AR batch 1 over at least this many bytes of
@@ -463,19 +466,21 @@ DATTN_LAST_TILE_C = 8
 # output to bf16 (bmm outputs) where the kernel keeps float32, a few bf16 ulps.
 DECODE_ATTN_TOL = 2e-2
 # Token positions of that check: no cache, short caches where a wrong mask or
-# position shows, chunk edges of every candidate size, the default context, and
-# the last position (most chunks).
-DECODE_ATTN_CHECK_POS = (0, 1, 8, 15, 16, 17, 31, 32, 33, 64, 512, 1000, -1)
+# position shows, chunk edges of every candidate size (and of 2, 4 and 8 steps of
+# 32: --dattn-steps), the default context, and the last position (most chunks).
+DECODE_ATTN_CHECK_POS = (0, 1, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
+                         257, 512, 1000, -1)
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def decode_attn_chunks(bucket: int, block_n: int = DECODE_ATTN_BLOCK_N) -> int:
-    """Split-kernel chunks (CTAs per sequence and KV group) of an AR step: its cache
-    bucket is fixed at capture, the position moves within it between replays."""
-    return -(-bucket // block_n)
+def decode_attn_chunks(bucket: int, span: int = DECODE_ATTN_BLOCK_N * DECODE_ATTN_STEPS) -> int:
+    """Split-kernel chunks (CTAs per sequence and KV group) of an AR step, each of
+    `span` cache positions (block_n x steps): its cache bucket is fixed at capture,
+    the position moves within it between replays."""
+    return -(-bucket // span)
 
 
 def combine_tile(chunks: int) -> int:
@@ -491,9 +496,9 @@ def decode_attn_batches(plan) -> list:
                    if s.kind == "ar" and tuning == "main" and s.batch <= GEMV_MAX_ROWS})
 
 
-def ar_b1_chunks(plan, block_n: int = DECODE_ATTN_BLOCK_N) -> int:
+def ar_b1_chunks(plan, span: int = DECODE_ATTN_BLOCK_N * DECODE_ATTN_STEPS) -> int:
     """Split-kernel chunks of the planned AR batch-1 step (the o_comb GEMV's partials)."""
-    return max([decode_attn_chunks(s.bucket, block_n) for s, _, tuning in plan
+    return max([decode_attn_chunks(s.bucket, span) for s, _, tuning in plan
                 if s.kind == "ar" and s.batch == 1 and tuning == "main"] or [1])
 
 
@@ -662,6 +667,16 @@ def parse_args(argv=None):
                         f"{DECODE_ATTN_CANDIDATES} (and both combines with --dattn-combine "
                         f"auto) on the device and keep the fastest that passes the check "
                         f"(<= ~{DATTN_TUNE_S:.0f} s more); auto = on with --gemv-tune")
+    p.add_argument("--dattn-steps", type=int, default=DECODE_ATTN_STEPS,
+                   help="steps of the chunk size each split CTA of the decode attention "
+                        "walks (an online softmax across them): fewer CTAs and partials")
+    p.add_argument("--dattn-preload", default="off", choices=["on", "off"],
+                   help="under PDL, each split CTA loads the position, the RoPE tables and "
+                        "its first step's cached keys and values before it waits for the "
+                        "qkv GEMV (none of them is written in the step before it)")
+    p.add_argument("--only", type=lambda t: [x for x in t.split(",") if x], default=[],
+                   help="run only the planned steps named KIND or KIND/TUNING (e.g. ar/main); "
+                        "all by default")
     p.add_argument("--fold-combine", action="store_true",
                    help="AR batch 1: merge the decode attention's split partials in the o "
                         "GEMV's prologue instead of a combine kernel (slower on the H200)")
@@ -695,8 +710,8 @@ def parse_args(argv=None):
         args.bucket_align = 8
     if args.out is None:
         args.out = os.environ.get("OUT") or "./out"
-    if args.iters < 1 or args.warmup < 0 or args.bucket_align < 1:
-        p.error("--iters >= 1, --warmup >= 0, --bucket-align >= 1")
+    if args.iters < 1 or args.warmup < 0 or args.bucket_align < 1 or args.dattn_steps < 1:
+        p.error("--iters >= 1, --warmup >= 0, --bucket-align >= 1, --dattn-steps >= 1")
     return args
 
 
@@ -1701,16 +1716,21 @@ if triton is not None:
                                  stride_xb, stride_cb, stride_cg, stride_cn, scale,
                                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
                                  BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-                                 BLOCK_N: tl.constexpr, LAST_CTA: tl.constexpr,
+                                 BLOCK_N: tl.constexpr, STEPS: tl.constexpr,
+                                 PRELOAD: tl.constexpr, LAST_CTA: tl.constexpr,
                                  TILE_C: tl.constexpr, PDL: tl.constexpr):
-        """Partials of chunk program_id(1) for sequence and KV group program_id(0).
+        """Partials of chunk program_id(1) (STEPS steps of BLOCK_N cache positions, an
+        online softmax across them) for sequence and KV group program_id(0).
         x: qkv GEMV output [B, G * (GROUP + 2) * HEAD_DIM] bf16 (per group: the q
         heads, k, v); kc / vc: [B, G, max_len, HEAD_DIM] (last stride 1); cos / sin:
         float32 [max_len, HEAD_DIM]. Writes, per query head of the group, m (max
         score), l (sum of e^(s - m)) and acc (sum of e^(s - m) v, [HEAD_DIM]),
-        float32, at index (sequence, group, head, chunk). PDL: it reads nothing
-        before griddepcontrol.wait (its inputs are all written by earlier kernels
-        or between replays), and lets the next kernel launch after its math.
+        float32, at index (sequence, group, head, chunk). PDL: it lets the next
+        kernel launch after its math, and reads nothing before griddepcontrol.wait
+        but, with PRELOAD, what no kernel of the step writes before it: the position
+        (copied in between replays), the RoPE tables and its first step's cached
+        keys and values (positions < pos, written by earlier replays), so that their
+        loads overlap the kernel before it.
         LAST_CTA: then counts the (sequence, group)'s finished chunks in cnt_ptr[bg]
         (int32, 0 between launches); the CTA that finishes last merges the group's
         partials into out [B, heads * HEAD_DIM] bf16 (no combine kernel) and resets
@@ -1719,7 +1739,7 @@ if triton is not None:
         b, g = bg // G, bg % G
         if PDL == 2:  # early trigger (pdl_mode)
             tl.extra.cuda.gdc_launch_dependents()
-        if PDL:
+        if PDL and not PRELOAD:
             tl.extra.cuda.gdc_wait()
         pos = tl.load(pos_ptr)
         dims = tl.arange(0, HEAD_DIM)
@@ -1729,6 +1749,16 @@ if triton is not None:
         partner = (dims + HEAD_DIM // 2) % HEAD_DIM
         cos = tl.load(cos_ptr + pos * HEAD_DIM + dims)
         sin = tl.load(sin_ptr + pos * HEAD_DIM + dims) * tl.where(dims < HEAD_DIM // 2, -1.0, 1.0)
+        c_seq = b * stride_cb + g * stride_cg
+        # the chunk's first step of cache positions before the token (masked loads
+        # past pos touch no memory, so a chunk beyond pos costs no traffic)
+        n = chunk * (BLOCK_N * STEPS) + tl.arange(0, BLOCK_N)
+        n_ok = n < pos
+        kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
+        k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        if PDL and PRELOAD:
+            tl.extra.cuda.gdc_wait()
         xg = x_ptr + b * stride_xb + g * (GROUP + 2) * HEAD_DIM
         q_rows = xg + heads[:, None] * HEAD_DIM
         q = tl.load(q_rows + dims[None, :], mask=h_ok[:, None], other=0.0).to(tl.float32)
@@ -1740,16 +1770,8 @@ if triton is not None:
                  + tl.load(k_row + partner).to(tl.float32) * sin).to(tl.bfloat16)
         v_new = tl.load(k_row + HEAD_DIM + dims)
         first = chunk == 0
-        c_seq = b * stride_cb + g * stride_cg
         tl.store(kc_ptr + c_seq + pos * stride_cn + dims, k_new, mask=first)
         tl.store(vc_ptr + c_seq + pos * stride_cn + dims, v_new, mask=first)
-        # the chunk's cache positions before the token (masked loads past pos
-        # touch no memory, so a chunk beyond pos costs no traffic)
-        n = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = n < pos
-        kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
-        k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
-        v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
         s = tl.where(n_ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))  # [BLOCK_H, BLOCK_N]
         s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1)
         s_new = tl.where(first, s_new, float("-inf"))
@@ -1759,6 +1781,20 @@ if triton is not None:
         p_new = tl.exp(s_new - m_safe)
         l = tl.sum(p, axis=1) + p_new
         acc = tl.dot(p.to(tl.bfloat16), v) + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        for step in tl.static_range(1, STEPS):  # online softmax over the later steps
+            n = chunk * (BLOCK_N * STEPS) + step * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_ok = n < pos
+            kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
+            k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+            v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+            s = tl.where(n_ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
+            m_next = tl.maximum(m, tl.max(s, axis=1))
+            m_next_safe = tl.where(m_next == float("-inf"), 0.0, m_next)
+            alpha = tl.where(m == float("-inf"), 0.0, tl.exp(m - m_next_safe))
+            p = tl.exp(s - m_next_safe[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), v)
+            m = m_next
         if PDL == 1:  # late trigger (pdl_mode)
             tl.extra.cuda.gdc_launch_dependents()
         part = (bg * GROUP + heads) * n_chunks + chunk
@@ -1830,12 +1866,16 @@ class TritonDecodeAttn:
     then (__call__) the combine kernel or (combine 'last-cta') the split kernel's
     last CTA per (sequence, group) merges, or, at batch 1 with fuse_o, the o GEMV
     with the combine in its prologue (split, then TritonGemv.combine_add).
-    block_n: cache positions per split CTA (DECODE_ATTN_CANDIDATES)."""
+    block_n: cache positions per step of a split CTA (DECODE_ATTN_CANDIDATES); steps:
+    the steps each CTA walks (--dattn-steps); preload: each CTA loads its first
+    step's keys and values before it waits for the kernel before it (--dattn-preload)."""
     name = "triton"
 
     def __init__(self, cfg: ModelConfig, pdl: bool = False, device=None, max_batch: int = 64,
-                 block_n: int = DECODE_ATTN_BLOCK_N, combine: str = "kernel"):
+                 block_n: int = DECODE_ATTN_BLOCK_N, combine: str = "kernel",
+                 steps: int = DECODE_ATTN_STEPS, preload: bool = False):
         self.cfg = cfg
+        self.steps, self.preload = steps, preload
         self.pdl = pdl  # launch with programmatic dependent launch (sm_90+)
         self.early_trigger = False  # see pdl_mode
         self.fuse_o = False  # set once the fused batch-1 path passed its check
@@ -1848,7 +1888,12 @@ class TritonDecodeAttn:
 
     @property
     def short(self) -> str:
-        return f"n{self.block_n} {self.combine_mode}"
+        return f"n{self.block_n}x{self.steps}{'p' if self.preload else ''} {self.combine_mode}"
+
+    @property
+    def span(self) -> int:
+        """Cache positions per split CTA."""
+        return self.block_n * self.steps
 
     def set(self, block_n: int, combine: str):
         assert combine in DATTN_COMBINES and block_n >= 16 and next_pow2(block_n) == block_n
@@ -1870,7 +1915,7 @@ class TritonDecodeAttn:
         kc, vc = cache[0], cache[1]
         assert x.is_contiguous() and kc.stride(-1) == 1 and cos.is_contiguous()
         assert out is None or (out.is_contiguous() and B * G <= self.counter.numel())
-        chunks = decode_attn_chunks(st.spec.bucket, self.block_n)
+        chunks = decode_attn_chunks(st.spec.bucket, self.span)
         m = torch.empty(B * cfg.heads * chunks, device=x.device)
         l = torch.empty_like(m)
         acc = torch.empty(B * cfg.heads * chunks, d, device=x.device)
@@ -1878,7 +1923,7 @@ class TritonDecodeAttn:
             x, kc, vc, st.pos, cos, sin, m, l, acc, self.counter, m if out is None else out,
             G, chunks, x.stride(0), kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
             GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), BLOCK_G=next_pow2(grp), HEAD_DIM=d,
-            BLOCK_N=self.block_n, LAST_CTA=out is not None, TILE_C=DATTN_LAST_TILE_C,
+            BLOCK_N=self.block_n, STEPS=self.steps, PRELOAD=self.preload, LAST_CTA=out is not None, TILE_C=DATTN_LAST_TILE_C,
             num_warps=4, **self._pdl())
         return m, l, acc, chunks
 
@@ -2119,9 +2164,11 @@ class Runner:
         self.mode_chain = {"max-autotune-no-cudagraphs": ["max-autotune-no-cudagraphs", "default", "eager"],
                            "default": ["default", "eager"], "eager": ["eager"]}[a.compile]
         self.set_mode(self.mode_chain[0])
-        self.plan = plan_steps(a.batch, a.context, a.max_len,
-                               [p for p in a.prefill if p <= a.max_len], a.bucket_align,
-                               a.autotune_ar)
+        self.plan = [(spec, attn, tuning) for spec, attn, tuning in
+                     plan_steps(a.batch, a.context, a.max_len,
+                                [p for p in a.prefill if p <= a.max_len], a.bucket_align,
+                                a.autotune_ar)
+                     if not a.only or spec.kind in a.only or f"{spec.kind}/{tuning}" in a.only]
         print(f"[setup] weights {cfg.streamed_weight_bytes() / 1e9:.3f} GB streamed per step, "
               f"cache {cache.numel() * 2 / 1e9:.2f} GB, {self.elapsed():.1f}s", flush=True)
         self.setup_gemv()
@@ -2238,8 +2285,9 @@ class Runner:
                 if self.on_cuda:
                     self.checks["decode_attn"] = {"ok": False, "error": why}
             return
-        dattn, t0 = TritonDecodeAttn(self.cfg, self.gemv.pdl, self.device,
-                                     max(a.batch + [1])), time.perf_counter()
+        dattn, t0 = TritonDecodeAttn(self.cfg, self.gemv.pdl, self.device, max(a.batch + [1]),
+                                     steps=a.dattn_steps,
+                                     preload=a.dattn_preload == "on"), time.perf_counter()
         modes = ["last-cta", "kernel"] if a.dattn_combine == "auto" else [a.dattn_combine]
 
         def check(block_n, mode):
@@ -2289,14 +2337,16 @@ class Runner:
         self.checks["decode_attn"] = chk
         self.dattn = dattn
         dattn.fuse_o = any(gemv_applies("o_comb", b) for b in batches)
-        self.gemv.comb = (ar_b1_chunks(self.plan, block_n), self.cfg.head_dim)
+        self.gemv.comb = (ar_b1_chunks(self.plan, dattn.span), self.cfg.head_dim)
         self.dattn_report.update(path="triton", batches=batches, block_n=block_n, combine=mode,
-                                 tuned=tune, chunks_ar_b1=ar_b1_chunks(self.plan, block_n),
+                                 tuned=tune, chunks_ar_b1=ar_b1_chunks(self.plan, dattn.span),
+                                 steps=dattn.steps, preload=dattn.preload,
                                  o_fused_batches=[b for b in batches if gemv_applies("o_comb", b)])
         if best[0] is not None:
             self.dattn_report["us_per_layer_ar_b1"] = best[0]
-        print(f"[decode-attn] Triton decode attention at batches {batches}: {block_n} positions "
-              f"per CTA, combine {mode}; self-check OK, worst max|d|/max|ref| "
+        print(f"[decode-attn] Triton decode attention at batches {batches}: {block_n} x "
+              f"{dattn.steps} positions per CTA{', preloaded' if dattn.preload else ''}, "
+              f"combine {mode}; self-check OK, worst max|d|/max|ref| "
               f"{chk['worst']:.1e} <= {DECODE_ATTN_TOL:g}; {time.perf_counter() - t0:.1f}s",
               flush=True)
 
@@ -2317,7 +2367,7 @@ class Runner:
                               f"({mode}) and later not tried")
                     break
                 chunks = decode_attn_chunks(make_spec("ar", 1, ctx, a.max_len,
-                                                      a.bucket_align).bucket, block_n)
+                                                      a.bucket_align).bucket, block_n * dattn.steps)
                 r = {"block_n": block_n, "combine": mode, "chunks": chunks,
                      "ctas": chunks * self.cfg.kv_heads, "us": float("nan"), "max_rel": "-",
                      "note": ""}
@@ -2570,7 +2620,8 @@ class Runner:
                 pdl += f" l2side=o+{eng.side_prefetch_mib}MiB"
         if spec.kind == "ar":
             fused = dattn is not None and dattn.fuse_o and gemv_applies("o_comb", spec.batch)
-            dconf = "" if dattn is None else f"/n{dattn.block_n}" + (
+            dconf = "" if dattn is None else f"/n{dattn.block_n}x{dattn.steps}" + (
+                "p" if dattn.preload else "") + (
                 "+o" if fused else "+last" if dattn.combine_mode == "last-cta" else "")
             notes.insert(2, f"dattn={dpath}{dconf}")
         if spec.kind == "ar" or gemv is not None:
@@ -2608,6 +2659,7 @@ class Runner:
             if dattn is not None:  # the chunk size and combine the step ran with
                 row["dattn_block_n"], row["dattn_combine"] = dattn.block_n, (
                     "o_gemv" if fused else dattn.combine_mode)
+                row["dattn_steps"], row["dattn_preload"] = dattn.steps, dattn.preload
         self.rows.append(row)
         print(f"[step] {label}: median {stats['median_ms']:.3f} ms (p10 {stats['p10_ms']:.3f}, "
               f"p90 {stats['p90_ms']:.3f}); first call {t_first:.1f}s; "
