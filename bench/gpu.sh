@@ -197,15 +197,16 @@ steps() {
 dattnab() {
   # The peer's AR batch-1 step under variants of its decode attention (peer.py's
   # --dattn-steps, --dattn-preload and --dattn-combine; DATTN_VARIANTS="STEPS:PRELOAD:COMBINE
-  # ..."), one process each, alternating over ROUNDS rounds (default 2), ~45 s a process.
+  # ..."), one process each, alternating over ROUNDS rounds (default 2), ~45 s a process;
+  # PEER_FLAGS: more of peer.py's flags for every process (e.g. --gemv-tune).
   local round v st pre comb name
   for round in $(seq "${ROUNDS:-2}"); do
     for v in ${DATTN_VARIANTS:-1:off:kernel 1:on:kernel 2:on:kernel 4:on:kernel 4:on:last-cta}; do
       IFS=: read -r st pre comb <<<"$v"
-      name="dattn-$st-$pre-$comb-$round"
+      name="dattn-$st-$pre-$comb${PEER_FLAGS:+-tuned}-$round"
       section "peer AR step, --dattn-steps $st --dattn-preload $pre --dattn-combine $comb, round $round"
       timeout 150 python3 bench/pytorch/peer.py --batch 1 --prefill 512 --only ar/main --dattn-tune off \
-        --dattn-steps "$st" --dattn-preload "$pre" --dattn-combine "$comb" --no-profile \
+        --dattn-steps "$st" --dattn-preload "$pre" --dattn-combine "$comb" --no-profile ${PEER_FLAGS:-} \
         --out "$OUT/$name" >"$OUT/$name.log" 2>&1
       echo "rc=$?"; grep -E '^\[decode-attn\]|FAIL|^ar |AR step batch 1' "$OUT/$name.log" | tail -4
     done
