@@ -29,7 +29,8 @@ type Kernels struct {
 	// triggered at its start made the one after it start early, runs CR and CT in
 	// BENCHMARKS.md); on the H200 this made the AR step at batch 1 3-4 % faster (run
 	// CT). Triggering at the start instead, as the PyTorch peer does, made it 7-8 %
-	// slower: XLA's kernels after ours then wait beside them.
+	// slower: XLA's kernels after ours then wait beside them. Nor did the attention
+	// gain from loading its cache before its wait, as the peer's does (runs GJ-GK).
 	PDL bool
 }
 
