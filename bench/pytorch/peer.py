@@ -379,8 +379,10 @@ GEMV_CANDIDATES = {
     ("o_comb", "fma"): [GemvConfig(128, 128, 16, 8, 2), GemvConfig(32, 128, 16, 4, 2),
                         GemvConfig(64, 256, 8, 8, 2), GemvConfig(128, 256, 8, 8, 2)],
 }
-# Persistent 1-row candidates (gemv_persistent_kernel; untested on a GPU so far),
-# timed after the others. Chosen for 132 SMs: tiles per program nearly even
+# Persistent 1-row candidates (gemv_persistent_kernel), timed after the others with
+# --gemv-persistent only: timed alone, the gate/up one was as fast as the table's
+# config and --gemv-tune picked it, but it made the AR batch-1 step 3 % slower in its
+# graph (BENCHMARKS.md, runs GG and GH). Chosen for 132 SMs: tiles per program nearly even
 # (e.g. gate/up n8: 1536 tiles on 264 programs, 5.8 each), >= ~32 KB of W loads
 # in flight per SM ((stages - 1) x W tile x programs per SM), and shared memory
 # (stages x (W tile + x tile)) x programs per SM well under 228 KB.
@@ -404,15 +406,19 @@ GEMV_PERSISTENT_CANDIDATES = {
 GEMV_TUNE_ORDER = ["gate_up", "down", "head", "qkv", "o", "o_comb"]
 
 
+# --gemv-persistent: --gemv-tune times the persistent candidates too.
+GEMV_PERSISTENT = False
+
+
 def gemv_candidates(role: str, M: int) -> list:
     """Configs --gemv-tune times for the role at M rows, the default first; at
-    1 row the tensor-core path and the persistent kernel are candidates too
-    (last). Duplicates are dropped."""
+    1 row the tensor-core path is a candidate too, and with --gemv-persistent the
+    persistent kernel (last). Duplicates are dropped."""
     cls = gemv_class(M)
     out = [GEMV_TABLE[(role, cls)]] + GEMV_CANDIDATES[(role, cls)]
     if cls == "fma":
         out += [GEMV_TABLE[(role, "mma")]] if (role, "mma") in GEMV_TABLE else []
-        out += GEMV_PERSISTENT_CANDIDATES.get((role, cls), [])
+        out += GEMV_PERSISTENT_CANDIDATES.get((role, cls), []) if GEMV_PERSISTENT else []
     return list(dict.fromkeys(out))
 
 
@@ -694,6 +700,9 @@ def parse_args(argv=None):
     p.add_argument("--gemv-tune", action="store_true",
                    help=f"time a few configs per GEMV shape on the device and keep the "
                         f"fastest (<= {GEMV_TUNE_S:.0f} s more)")
+    p.add_argument("--gemv-persistent", action="store_true",
+                   help="--gemv-tune also times the persistent 1-row GEMVs (as fast alone, "
+                        "slower in the AR step's graph on the H200)")
     p.add_argument("--budget-s", type=float, default=200.0,
                    help="skip the remaining (lower-priority) steps once this many seconds "
                         "have passed; 0 = no limit")
@@ -2841,8 +2850,8 @@ def main(argv=None) -> int:
     if not args.dry and not torch.cuda.is_available():
         print("no CUDA device: use --dry for the CPU logic test", file=sys.stderr)
         return 2
-    global FOLD_COMBINE
-    FOLD_COMBINE = args.fold_combine
+    global FOLD_COMBINE, GEMV_PERSISTENT
+    FOLD_COMBINE, GEMV_PERSISTENT = args.fold_combine, args.gemv_persistent
     r = Runner(args)
     print(f"[env] {r.env()} out={args.out}", flush=True)
     with torch.no_grad():
