@@ -1938,8 +1938,8 @@ class TritonDecodeAttn:
             x, kc, vc, st.pos, cos, sin, m, l, acc, self.counter, m if out is None else out,
             G, chunks, x.stride(0), kc.stride(0), kc.stride(1), kc.stride(2), d ** -0.5,
             GROUP=grp, BLOCK_H=max(16, next_pow2(grp)), BLOCK_G=next_pow2(grp), HEAD_DIM=d,
-            BLOCK_N=self.block_n, STEPS=self.steps, PRELOAD=self.preload, LAST_CTA=out is not None, TILE_C=DATTN_LAST_TILE_C,
-            num_warps=4, **self._pdl())
+            BLOCK_N=self.block_n, STEPS=self.steps, PRELOAD=self.preload,
+            LAST_CTA=out is not None, TILE_C=DATTN_LAST_TILE_C, num_warps=4, **self._pdl())
         return m, l, acc, chunks
 
     def combine(self, parts):
