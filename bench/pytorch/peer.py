@@ -1726,6 +1726,18 @@ if triton is not None:
                  o.to(out_ptr.dtype.element_ty), mask=r_ok[:, None])
 
     @triton.jit
+    def _decode_attn_kv(kc_ptr, vc_ptr, c_seq, n0, pos, stride_cn, dims, BLOCK_N: tl.constexpr):
+        """The cached keys and values [BLOCK_N, HEAD_DIM] of positions n0 .. n0 + BLOCK_N - 1
+        of a (sequence, group) at c_seq, and which of them precede the token at pos
+        (masked loads past pos touch no memory, so a step beyond it costs no traffic)."""
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < pos
+        kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
+        k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        return n_ok, k, v
+
+    @triton.jit
     def decode_attn_split_kernel(x_ptr, kc_ptr, vc_ptr, pos_ptr, cos_ptr, sin_ptr,
                                  m_ptr, l_ptr, acc_ptr, cnt_ptr, out_ptr, G, n_chunks,
                                  stride_xb, stride_cb, stride_cg, stride_cn, scale,
@@ -1765,13 +1777,8 @@ if triton is not None:
         cos = tl.load(cos_ptr + pos * HEAD_DIM + dims)
         sin = tl.load(sin_ptr + pos * HEAD_DIM + dims) * tl.where(dims < HEAD_DIM // 2, -1.0, 1.0)
         c_seq = b * stride_cb + g * stride_cg
-        # the chunk's first step of cache positions before the token (masked loads
-        # past pos touch no memory, so a chunk beyond pos costs no traffic)
-        n = chunk * (BLOCK_N * STEPS) + tl.arange(0, BLOCK_N)
-        n_ok = n < pos
-        kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
-        k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
-        v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+        n_ok, k, v = _decode_attn_kv(kc_ptr, vc_ptr, c_seq, chunk * (BLOCK_N * STEPS), pos,
+                                     stride_cn, dims, BLOCK_N)  # the chunk's first step
         if PDL and PRELOAD:
             tl.extra.cuda.gdc_wait()
         xg = x_ptr + b * stride_xb + g * (GROUP + 2) * HEAD_DIM
@@ -1797,11 +1804,8 @@ if triton is not None:
         l = tl.sum(p, axis=1) + p_new
         acc = tl.dot(p.to(tl.bfloat16), v) + p_new[:, None] * v_new.to(tl.float32)[None, :]
         for step in tl.static_range(1, STEPS):  # online softmax over the later steps
-            n = chunk * (BLOCK_N * STEPS) + step * BLOCK_N + tl.arange(0, BLOCK_N)
-            n_ok = n < pos
-            kv_off = c_seq + n[:, None] * stride_cn + dims[None, :]
-            k = tl.load(kc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
-            v = tl.load(vc_ptr + kv_off, mask=n_ok[:, None], other=0.0)
+            n_ok, k, v = _decode_attn_kv(kc_ptr, vc_ptr, c_seq, (chunk * STEPS + step) * BLOCK_N,
+                                         pos, stride_cn, dims, BLOCK_N)
             s = tl.where(n_ok[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
             m_next = tl.maximum(m, tl.max(s, axis=1))
             m_next_safe = tl.where(m_next == float("-inf"), 0.0, m_next)
