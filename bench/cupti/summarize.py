@@ -154,13 +154,16 @@ def print_calls(calls, windows, top=8):
 
 
 def print_layer(launches, opener: str, count: int):
-    """Prints the kernels of one layer with their median duration and slot."""
+    """Prints the kernels of one layer with their median duration, slot and finish (the
+    time from the previous kernel's end to its own: under an early trigger a kernel's
+    start, and so its duration and slot, include its wait for the kernel before it)."""
     order = launches[0]  # every launch runs the nodes in the same order
-    dur, slot = collections.defaultdict(list), collections.defaultdict(list)
+    dur, slot, finish = (collections.defaultdict(list) for _ in range(3))
     for l in launches:
-        for r, nxt in zip(l, l[1:]):
+        for prev, r, nxt in zip(l, l[1:], l[2:]):
             dur[r[2]].append(r[1] - r[0])
             slot[r[2]].append(nxt[0] - r[0])
+            finish[r[2]].append(r[1] - prev[1])
     starts = [i for i, r in enumerate(order) if r[3].startswith(opener)]
     if len(starts) <= count:
         print(f"  (no layer: {len(starts)} kernels named {opener}*)")
@@ -168,12 +171,13 @@ def print_layer(launches, opener: str, count: int):
     first = starts[len(starts) // 2]
     last = starts[min(len(starts) // 2 + count, len(starts) - 1)]
     print(f"  one layer, {opener}* to the next{'' if count == 1 else f' {count}'}:")
-    total = 0
+    total = total_finish = 0
     for r in order[first:last]:
-        s = statistics.median(slot[r[2]])
-        total += s
-        print(f"    {r[3][:60]:60s} dur {statistics.median(dur[r[2]]) / 1e3:6.2f} us  slot {s / 1e3:6.2f} us")
-    print(f"    {'layer':60s} {'':17s} {total / 1e3:6.2f} us")
+        s, f = statistics.median(slot[r[2]]), statistics.median(finish[r[2]])
+        total, total_finish = total + s, total_finish + f
+        print(f"    {r[3][:60]:60s} dur {statistics.median(dur[r[2]]) / 1e3:6.2f} us  slot {s / 1e3:6.2f} us"
+              f"  finish {f / 1e3:6.2f} us")
+    print(f"    {'layer':60s} {'':17s} {total / 1e3:6.2f} us  {'':7s}{total_finish / 1e3:6.2f} us")
 
 
 if __name__ == "__main__":
