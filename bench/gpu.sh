@@ -661,7 +661,7 @@ trace() {
   if [ "${TRACE_PEER:-1}" = 1 ]; then
     section "the peer traced"
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-peer.tsv" timeout 230 python3 bench/pytorch/peer.py \
-      --batch 1 --prefill 512 --gemv-tune --no-profile --out "$OUT/peer" >"$OUT/peer-trace.log" 2>&1
+      --batch 1 --prefill 512 --gemv-tune --dattn-combine kernel --no-profile --out "$OUT/peer" >"$OUT/peer-trace.log" 2>&1
     echo "peer: rc=$?"; grep -E 'ms|step' "$OUT/peer-trace.log" | tail -12
     python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14 --layer gemv_rmsnorm
   fi
