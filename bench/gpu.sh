@@ -663,7 +663,7 @@ trace() {
     CUDA_INJECTION64_PATH=/tmp/libtrace.so CUPTI_TRACE_OUT="$OUT/trace-peer.tsv" timeout 230 python3 bench/pytorch/peer.py \
       --batch 1 --prefill 512 --gemv-tune --dattn-combine kernel --no-profile --out "$OUT/peer" >"$OUT/peer-trace.log" 2>&1
     echo "peer: rc=$?"; grep -E 'ms|step' "$OUT/peer-trace.log" | tail -12
-    python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14 --layer gemv_rmsnorm
+    python3 bench/cupti/summarize.py "$OUT/trace-peer.tsv" --min-kernels 200 --top 14 --layer gemv_rmsnorm --layer-kernels 2
   fi
   gzip -f "$OUT"/trace-*.tsv
   find "$OUT"/xla-* -type f ! -name '*after_optimizations.txt' ! -name '*thunk_sequence*' -delete
