@@ -15,11 +15,14 @@ to the end of each one: what the host did before and while the GPU ran it.
 --layer also lists one layer of each graph in launch order: the kernels from the middle
 occurrence of the kernel class KERNEL (e.g. input_add_reduce_fusion) to the next, or to
 the N-th next with --layer-kernels N; "slot" is the time from a kernel's start to the
-next one's, which adds up to the layer's time even where kernels overlap (PDL).
+next one's, which adds up to the layer's time even where kernels overlap (PDL), and
+"finish" the time from the previous kernel's end to its own, which a kernel launched
+early does not inflate by its wait. TRACE may be gzipped (.gz), as bench/gpu.sh leaves it.
 """
 import argparse
 import bisect
 import collections
+import gzip
 import re
 import statistics
 
@@ -54,7 +57,8 @@ def main():
     a = p.parse_args()
     graphs = collections.defaultdict(list)  # graph id -> [(start, end, node, class)]
     records, calls = [], []  # calls: (start, end, name) of the host's CUDA calls
-    for line in open(a.trace, errors="replace"):
+    opener = gzip.open if a.trace.endswith(".gz") else open  # bench/gpu.sh gzips the traces
+    for line in opener(a.trace, "rt", errors="replace"):
         f = line.rstrip("\n").split("\t")
         if len(f) >= 9 and f[0] in "AR":
             calls.append((int(f[1]), int(f[2]), f[8]))
