@@ -164,10 +164,10 @@ def print_layer(launches, opener: str, count: int):
     order = launches[0]  # every launch runs the nodes in the same order
     dur, slot, finish = (collections.defaultdict(list) for _ in range(3))
     for l in launches:
-        for prev, r, nxt in zip(l, l[1:], l[2:]):
+        for i, (r, nxt) in enumerate(zip(l, l[1:])):
             dur[r[2]].append(r[1] - r[0])
             slot[r[2]].append(nxt[0] - r[0])
-            finish[r[2]].append(r[1] - prev[1])
+            finish[r[2]].append(r[1] - l[i - 1][1] if i else r[1] - r[0])
     starts = [i for i, r in enumerate(order) if r[3].startswith(opener)]
     if len(starts) <= count:
         print(f"  (no layer: {len(starts)} kernels named {opener}*)")
