@@ -2760,9 +2760,9 @@ class Runner:
                 self.ar_pct = pct
                 line += (f" = {pct:.1f}% of copy bandwidth (base: read+written bytes / time); "
                          f"requirement >= 70%: {'MET' if pct >= 70 else 'NOT MET'}")
-                every = self.cfg.all_weight_bytes() / (best["median_ms"] * 1e-3) / 1e9
-                line += (f"; counting all {self.cfg.all_weight_bytes() / 1e9:.2f} GB of weights "
-                         f"(the embedding too): {100 * every / copy['rw_GBps']:.1f}%")
+                every = self.cfg.all_weight_bytes()
+                line += (f"; counting all {every / 1e9:.2f} GB of weights (the embedding too): "
+                         f"{100 * every / (best['median_ms'] * 1e-3) / 1e9 / copy['rw_GBps']:.1f}%")
             lines.append(line)
         for label, p in self.profiles.items():
             step = [r for r in self.rows if r["label"] == label and timed(r)]
