@@ -263,3 +263,30 @@ func TestGEMVCallWarps(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, requireOneCall(t, fn, y, "-> tensor<4x160xbf16>"), "num_warps = 8 : i32")
 }
+
+// The split down GEMV: each program takes its part of K and of y's rows, only part 0
+// adds r, and parts that do not split K into whole steps are refused.
+func TestGEMVSwiGLUSplitTTIR(t *testing.T) {
+	tile := Tile{BN: 8, BK: 128, Stages: 2}
+	ir, err := GEMVSwiGLUSplitTTIR(40, 512, tile, Weight{}, 2)
+	require.NoError(t, err)
+	for _, want := range []string{
+		"%ctiles = arith.constant 5 : i32",
+		"%part = arith.divsi %pid, %ctiles",
+		"%cpart = arith.constant 256 : i32",
+		"scf.for %k = %kstart to %kend step %cBK",
+		"%first = arith.cmpi eq, %part, %c0 : i32",
+		"%rv = tt.load %rp, %firsts, %rzero : tensor<8x!tt.ptr<f32>>",
+		"%cn = arith.constant 40 : i32",
+		"%yp = tt.addptr %ybase, %yoff",
+		"%res = arith.addf %rv, %sum",
+	} {
+		require.Contains(t, ir, want)
+	}
+	requireWellFormed(t, ir)
+	require.Equal(t, 1, strings.Count(ir, waitMark))
+	_, err = GEMVSwiGLUSplitTTIR(40, 384, tile, Weight{}, 2)
+	require.ErrorContains(t, err, "whole 128-column steps")
+	_, err = GEMVSwiGLUSplitTTIR(40, 512, tile, Weight{}, 1)
+	require.Error(t, err)
+}
