@@ -163,11 +163,14 @@ func (kn Kernels) GEMVResidual(x, w, r, s *stablehlo.Value, t Tile) (*stablehlo.
 		return nil, fmt.Errorf("triton: GEMV with a residual: %w", err)
 	}
 	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.BFloat16 || xs.Dimensions[1] != ws.Dimensions[1] ||
-		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
-		return nil, fmt.Errorf("triton: GEMV with a residual of x %s, w %s and r %s: want x [1, k] bfloat16 and r [1, n] float32", xs, ws, rs)
+		rs.Rank() != 2 || rs.Dimensions[0] < 1 || !rs.Equal(shapes.Make(dtypes.Float32, rs.Dimensions[0], ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: GEMV with a residual of x %s, w %s and r %s: want x [1, k] bfloat16 and r [parts, n] float32", xs, ws, rs)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVResidualTTIR(1, n, k, t, weight)
+	if err == nil && rs.Dimensions[0] > 1 {
+		ir, err = sumParts(ir, "rv0", rs.Dimensions[0], n)
+	}
 	return kn.callGEMV("gemm", ir, err, t, withScales([]*stablehlo.Value{x, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
@@ -189,6 +192,32 @@ func (kn Kernels) GEMVSwiGLUResidual(gu, w, r, s *stablehlo.Value, t Tile) (*sta
 	return kn.callGEMV("gemm_swiglu", ir, err, t, withScales([]*stablehlo.Value{gu, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
+// GEMVSwiGLUSplit is GEMVSwiGLUResidual with its K loop split over splits programs per
+// tile (GEMVSwiGLUSplitTTIR): its output is the partial sums [splits, n], the first
+// with r added, whose rows summed in order are the layer's output; GEMVNorm and
+// GEMVResidual read such parts as their x and r.
+func (kn Kernels) GEMVSwiGLUSplit(gu, w, r, s *stablehlo.Value, t Tile, splits int) (*stablehlo.Value, error) {
+	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
+	weight, err := foldWeight(w, s)
+	if err != nil {
+		return nil, fmt.Errorf("triton: split GEMV with SwiGLU: %w", err)
+	}
+	if !gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) || !rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: split GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32", gs, ws, rs)
+	}
+	n, k := ws.Dimensions[0], ws.Dimensions[1]
+	ir, err := GEMVSwiGLUSplitTTIR(n, k, t, weight, splits)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := kn.Call("gemm_swiglu", ir, t.Programs(n)*splits, t.warps(), t.Stages,
+		withScales([]*stablehlo.Value{gu, w, r}, s), shapes.Make(dtypes.Float32, splits, n))
+	if err != nil {
+		return nil, err
+	}
+	return ys[0], nil
+}
+
 // GEMVNorm appends y [1, n] = the dense layer of GEMVNormTTIR (x·g rounded to bfloat16,
 // times wᵀ, times s where given, times the row's 1/rms) to x's function, for x [1, k]
 // float32, g [k] bfloat16, w [n, k] bfloat16 or FP8 bytes (uint8) and s [n] float32
@@ -199,12 +228,17 @@ func (kn Kernels) GEMVNorm(x, g, w, s *stablehlo.Value, t Tile, norm Norm) (*sta
 	if err != nil {
 		return nil, fmt.Errorf("triton: GEMV with a norm: %w", err)
 	}
-	if xs.Rank() != 2 || xs.Dimensions[0] != 1 || xs.DType != dtypes.Float32 ||
+	if xs.Rank() != 2 || xs.Dimensions[0] < 1 || xs.DType != dtypes.Float32 ||
 		!gs.Equal(shapes.Make(dtypes.BFloat16, xs.Dimensions[1])) || xs.Dimensions[1] != ws.Dimensions[1] {
-		return nil, fmt.Errorf("triton: GEMV with a norm of x %s, g %s and w %s: want x [1, k] float32 and g [k] bfloat16", xs, gs, ws)
+		return nil, fmt.Errorf("triton: GEMV with a norm of x %s, g %s and w %s: want x [parts, k] float32 and g [k] bfloat16", xs, gs, ws)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVNormTTIR(n, k, t, norm, weight)
+	for _, load := range []string{"xv", "xq"} { // the loop's load of x, and norm.Before's
+		if err == nil && xs.Dimensions[0] > 1 && (load == "xv" || norm.Before) {
+			ir, err = sumParts(ir, load, xs.Dimensions[0], k)
+		}
+	}
 	return kn.callGEMV("gemm_norm", ir, err, t, withScales([]*stablehlo.Value{x, g, w}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 

@@ -86,9 +86,9 @@ func TestGEMVNormCall(t *testing.T) {
 	x, g, w := in[0], in[1], in[2]
 	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
 	_, err := Kernels{}.GEMVNorm(w, g, w, nil, tile, norm)
-	require.ErrorContains(t, err, "want x [1, k] float32")
+	require.ErrorContains(t, err, "want x [parts, k] float32")
 	_, err = Kernels{}.GEMVNorm(x, x, w, nil, tile, norm)
-	require.ErrorContains(t, err, "want x [1, k] float32")
+	require.ErrorContains(t, err, "want x [parts, k] float32")
 	_, err = Kernels{}.GEMVNorm(x, g, w, nil, Tile{BN: 16, BK: 128, Stages: 2}, norm)
 	require.ErrorContains(t, err, "does not divide")
 	y, err := Kernels{}.GEMVNorm(x, g, w, nil, tile, norm)
@@ -114,7 +114,7 @@ func TestGEMVResidualCall(t *testing.T) {
 	x, w, r := in[0], in[1], in[2]
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
 	_, err := Kernels{}.GEMVResidual(x, w, x, nil, tile)
-	require.ErrorContains(t, err, "r [1, n] float32")
+	require.ErrorContains(t, err, "r [parts, n] float32")
 	y, err := Kernels{}.GEMVResidual(x, w, r, nil, tile)
 	require.NoError(t, err)
 	requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
@@ -289,4 +289,51 @@ func TestGEMVSwiGLUSplitTTIR(t *testing.T) {
 	require.ErrorContains(t, err, "whole 128-column steps")
 	_, err = GEMVSwiGLUSplitTTIR(40, 512, tile, Weight{}, 1)
 	require.Error(t, err)
+}
+
+// The split down GEMV's call runs its parts on twice the programs and returns them
+// [2, n]; the GEMVs that read a layer's output take such parts as their x or r and sum
+// their rows in order as they load them.
+func TestGEMVParts(t *testing.T) {
+	fn, in := inputs(t, "gemv_split", shapes.Make(dtypes.Float32, 1, 512), shapes.Make(dtypes.BFloat16, 40, 256),
+		shapes.Make(dtypes.Float32, 1, 40))
+	y, err := Kernels{}.GEMVSwiGLUSplit(in[0], in[1], in[2], nil, Tile{BN: 8, BK: 128, Stages: 1}, 2)
+	require.NoError(t, err)
+	require.NoError(t, fn.Return(y))
+	text, err := fn.Builder.Build()
+	require.NoError(t, err)
+	require.Contains(t, string(text), "grid_x = 10 : i32")
+	require.Contains(t, string(text), "-> tensor<2x40xf32>")
+
+	tile, norm := Tile{BN: 8, BK: 128, Stages: 2}, Norm{InvK: 1.0 / 256, Eps: 1e-5}
+	for _, before := range []bool{false, true} {
+		norm.Before = before
+		fn, in = inputs(t, "gemv_norm_parts", shapes.Make(dtypes.Float32, 2, 256), shapes.Make(dtypes.BFloat16, 256),
+			shapes.Make(dtypes.BFloat16, 40, 256))
+		y, err = Kernels{}.GEMVNorm(in[0], in[1], in[2], nil, tile, norm)
+		require.NoError(t, err)
+		requireOneCall(t, fn, y, "-> tensor<1x40xf32>")
+		ir, err := GEMVNormTTIR(40, 256, tile, norm, Weight{})
+		require.NoError(t, err)
+		ir, err = sumParts(ir, "xv", 2, 256)
+		require.NoError(t, err)
+		if before {
+			ir, err = sumParts(ir, "xq", 2, 256)
+			require.NoError(t, err)
+		}
+		requireWellFormed(t, ir)
+		require.Contains(t, ir, "%xv_o1 = arith.constant dense<256> : tensor<1x128xi32>")
+		require.Contains(t, ir, "%xv = arith.addf %xv_v0, %xv_v1 : tensor<1x128xf32>")
+	}
+
+	ir, err := GEMVResidualTTIR(1, 40, 256, tile, Weight{})
+	require.NoError(t, err)
+	three, err := sumParts(ir, "rv0", 3, 40)
+	require.NoError(t, err)
+	requireWellFormed(t, three)
+	require.Contains(t, three, "%rv0_s1 = arith.addf %rv0_v0, %rv0_v1 : tensor<8xf32>")
+	require.Contains(t, three, "%rv0 = arith.addf %rv0_s1, %rv0_v2 : tensor<8xf32>")
+	require.Contains(t, three, "%rv0_o2 = arith.constant dense<80> : tensor<8xi32>")
+	_, err = sumParts(ir, "nothing", 2, 40)
+	require.ErrorContains(t, err, "no single load")
 }
