@@ -213,6 +213,31 @@ dattnab() {
   done
 }
 
+splitdown() {
+  # Branch exp-splitdown (BLOCKDIFF_SPLIT_DOWN=N: the down GEMV's K loop split over N
+  # programs per tile, its parts summed in order by the GEMVs that read the layer's
+  # output): its correctness on the GPU (hlo's fold tests, the decoder's AR and decode
+  # fixtures, with 3 parts, the most tiny-llama's down weight takes), then our AR step
+  # over 528 slots with 1 (main), 2, 3 and 4 parts, alternating over ROUNDS rounds
+  # (default 2; ~4 min in all).
+  local round v ours
+  ours=$(backend_config ours)
+  section "BLOCKDIFF_SPLIT_DOWN=3: hlo's fold tests and the decoder's fixtures"
+  BLOCKDIFF_SPLIT_DOWN=3 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v \
+    -test.run 'TestTritonFold|TestSplitDown' >"$OUT/split-hlo.log" 2>&1
+  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:' "$OUT/split-hlo.log" | head -20
+  BLOCKDIFF_SPLIT_DOWN=3 GOMLX_BACKEND="$ours,notf32" timeout 150 .gpu/bin/diffusion.test -test.v \
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/split-diffusion.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/split-diffusion.log"
+  for round in $(seq "${ROUNDS:-2}"); do
+    for v in 1 2 3 4; do
+      section "AR step, BLOCKDIFF_SPLIT_DOWN=$v, round $round"
+      BLOCKDIFF_SPLIT_DOWN=$v GOMLX_BACKEND=$ours timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 2>&1 |
+        grep 'device loop' | grep -v compiled
+    done
+  done
+}
+
 freshinputs() {
   # What new input buffers cost a prefill on ours (run AG: +8 ms at 512 and at 2048
   # tokens, with one new input or four): the same inputs each run, new ones, new ones

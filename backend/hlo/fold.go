@@ -3,7 +3,9 @@
 package hlo
 
 import (
+	"os"
 	"slices"
+	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -34,6 +36,33 @@ type origin struct {
 	// constant is the table it decodes them with (fp8.go).
 	e4m3      *value
 	e4m3Table bool
+	// parts is, for a layer's output that a split kernel computed (residualProduct),
+	// its partial sums [splits, n], whose rows summed in order are the value: the
+	// kernels that read the output read them instead (partsOf).
+	parts *value
+}
+
+// partsOf is the partial sums whose rows sum to v (behind reshapes), nil if none.
+func partsOf(v *value) *value {
+	for ; v != nil && v.origin != nil; v = v.origin.args[0] {
+		if v.origin.parts != nil {
+			return v.origin.parts
+		}
+		if v.origin.op != compute.OpTypeReshape {
+			return nil
+		}
+	}
+	return nil
+}
+
+// downSplits is how many programs split the down GEMV's K loop (experiment:
+// BLOCKDIFF_SPLIT_DOWN), 1 for none.
+func downSplits() int {
+	n, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_DOWN"))
+	if err != nil || n < 2 {
+		return 1
+	}
+	return n
 }
 
 // recordsOrigins reports whether b keeps how values were made (origin): with option
@@ -272,6 +301,10 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 // that takes x (float32) and the norm weight g: the norm, the product of its weight
 // (and for an FP8 product its scale) in one kernel, shaped as the product.
 func (f *Function) gemvNorm(c foldCandidate, x, g *value, norm triton.Norm) (compute.Value, error) {
+	rows := 1
+	if parts := partsOf(x); parts != nil {
+		x, rows = parts, parts.shape.Dimensions[0]
+	}
 	vs, err := f.operands(append([]compute.Value{x, g, c.product.origin.w}, c.scaleOperand()...)...)
 	if err != nil {
 		return nil, opError(compute.OpTypeMul, err)
@@ -279,7 +312,7 @@ func (f *Function) gemvNorm(c foldCandidate, x, g *value, norm triton.Norm) (com
 	w, s, err := f.kernelWeight(c, vs[2:])
 	var row, y *stablehlo.Value
 	if err == nil {
-		row, err = stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, 1, c.product.origin.w.shape.Dimensions[1]))
+		row, err = stablehlo.Reshape(vs[0], xshapes.Make(dtypes.Float32, rows, c.product.origin.w.shape.Dimensions[1]))
 	}
 	if err == nil {
 		y, err = f.builder.backend.kernels().GEMVNorm(row, vs[1], w, s, c.t, norm)
@@ -380,6 +413,14 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if swiGLU {
 			input, inputShape = gu, xshapes.Make(dtypes.Float32, 1, 2*k)
 		}
+		residualRows := 1
+		if parts := partsOf(residual); parts != nil && !swiGLU {
+			residual, residualRows = parts, parts.shape.Dimensions[0]
+		}
+		splits := downSplits()
+		if !swiGLU || c.scale != nil || k%(splits*c.t.BK) != 0 {
+			splits = 1
+		}
 		vs, err := f.operands(append([]compute.Value{input, residual, w}, c.scaleOperand()...)...)
 		if err != nil {
 			return nil, true, opError(compute.OpTypeAdd, err)
@@ -390,11 +431,13 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 			row, err = stablehlo.Reshape(vs[0], inputShape)
 		}
 		if err == nil {
-			sum, err = stablehlo.Reshape(vs[1], xshapes.Make(dtypes.Float32, 1, n))
+			sum, err = stablehlo.Reshape(vs[1], xshapes.Make(dtypes.Float32, residualRows, n))
 		}
 		var y *stablehlo.Value
 		switch {
 		case err != nil:
+		case splits > 1:
+			return f.splitDown(product, row, wv, sum, c.t, splits)
 		case swiGLU:
 			y, err = f.builder.backend.kernels().GEMVSwiGLUResidual(row, wv, sum, s, c.t)
 		default:
@@ -407,4 +450,34 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		return out, true, err
 	}
 	return nil, false, nil
+}
+
+// splitDown appends the down GEMV with its K loop split over splits programs
+// (triton.Kernels.GEMVSwiGLUSplit) and the sum of its parts' rows, in order, as the
+// layer's output of product's shape, which records the parts: the kernels that read
+// the output read the parts (partsOf), and XLA drops the sum where nothing else does.
+func (f *Function) splitDown(product *value, gu, w, r *stablehlo.Value, t triton.Tile, splits int) (compute.Value, bool, error) {
+	parts, err := f.builder.backend.kernels().GEMVSwiGLUSplit(gu, w, r, nil, t, splits)
+	var y *stablehlo.Value
+	n := w.Shape().Dimensions[0]
+	for i := 0; err == nil && i < splits; i++ {
+		var row *stablehlo.Value
+		if row, err = stablehlo.Slice(parts, []int{i, 0}, []int{i + 1, n}, []int{1, 1}); err != nil {
+			break
+		}
+		if y == nil {
+			y = row
+		} else {
+			y, err = stablehlo.Add(y, row)
+		}
+	}
+	if err == nil {
+		y, err = stablehlo.Reshape(y, toXLA(product.shape))
+	}
+	out, err := f.result(compute.OpTypeAdd, y, err)
+	if err != nil {
+		return nil, true, err
+	}
+	out.(*value).origin = &origin{parts: f.wrap(parts)}
+	return out, true, nil
 }

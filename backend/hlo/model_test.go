@@ -445,3 +445,36 @@ func zeroCheckpoint(t *testing.T, layers int) string {
 	require.NoError(t, w.WriteFile(filepath.Join(dir, "model.safetensors")))
 	return dir
 }
+
+// Experiment BLOCKDIFF_SPLIT_DOWN: the AR step's down GEMVs split their K loop (3 ways
+// on tiny-llama, whose down weight has 192 columns of steps of 64) and return their
+// parts; every GEMV that reads a layer's output, the next layer's q/k/v and o GEMVs
+// and the head's, reads the parts and sums them as it loads them.
+func TestSplitDownInModels(t *testing.T) {
+	t.Setenv("BLOCKDIFF_SPLIT_DOWN", "3")
+	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold")
+	require.NoError(t, err)
+	dir := filepath.Join(fixtures.Dir(t), "models", "tiny-llama")
+	text, _ := windowText(t, b, dir, 1, 1)
+	calls := tritonCalls(text)
+	count := func(substr string) (n int) {
+		for _, c := range calls {
+			if strings.Contains(c, substr) {
+				n++
+			}
+		}
+		return n
+	}
+	const layers, hidden = 2, 64
+	parts := fmt.Sprintf("tensor<3x%dxf32>", hidden)
+	require.Equal(t, layers, count("%kstart = arith.muli %part"), "every down GEMV split")
+	require.Equal(t, layers, count("-> "+parts), "every down GEMV returns its parts")
+	require.Equal(t, layers, count("%xv = arith.addf %xv_s1, %xv_v2"), "the q/k/v GEMV after the first layer and the head read parts")
+	require.Equal(t, layers-1, count("%rv0 = arith.addf %rv0_s1, %rv0_v2"), "the o GEMV after the first layer reads parts")
+	for _, c := range calls {
+		if strings.Contains(c, "%xv_v2") || strings.Contains(c, "%rv0_v2") {
+			require.True(t, strings.Contains(c, ": ("+parts) || strings.Contains(c, ", "+parts+") ->"),
+				"a reader's x (its first operand) or r (its last) is the parts")
+		}
+	}
+}
