@@ -68,6 +68,9 @@ type programOptions struct {
 	// cache slots itself, and one-token windows' write them there (option
 	// "triton=place", place.go).
 	tritonPlace bool
+	// downSplits is how many programs split each tile's K loop in the AR step's down
+	// GEMV (option "splitdown=N", fold.go); 0 or 1 for none.
+	downSplits int
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -130,8 +133,18 @@ var _ compute.Backend = (*Backend)(nil)
 //     nothing (the 4-token denoise step's) take their keys and values from the rows too,
 //     the model placing them by a dynamic update rather than concatenating them with
 //     the cache ([Backend.PlacesWindows]): the denoise step 6-7 % faster (run DL).
-//     Backend selection on CUDA uses
-//     "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place".
+//     Backend selection on CUDA uses it;
+//   - "splitdown=N", which, with triton=fold, splits the K loop of the AR step's down
+//     GEMV of bfloat16 weights (triton.GEMVSwiGLUSplitTTIR) over N programs per tile of
+//     rows where K's steps divide into N parts: each writes its partial sums to a row
+//     of the layer's output parts, which the GEMVs that read that output (the next
+//     layer's q/k/v and o GEMVs, the head's) sum in a fixed order as they load them, so
+//     results do not vary from run to run as atomic adds would (fold.go). On the H200
+//     the AR step at batch 1 is 1 % faster with 2 parts than with none, 1–4 % slower
+//     with 3 or 4 (BENCHMARKS.md, runs GT–GU). Backend selection on CUDA uses 2.
+//
+// Backend selection on CUDA uses
+// "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,splitdown=2".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -213,6 +226,12 @@ func parseOptions(list string) (options, error) {
 			o.client[key] = b
 		case "notf32":
 			o.noTF32 = true
+		case "splitdown":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 {
+				return options{}, fmt.Errorf("hlo: option %q: want splitdown=N, N a whole number of parts of at least 1", option)
+			}
+			o.downSplits = n
 		case "triton":
 			switch value {
 			case "gemv":
@@ -235,7 +254,7 @@ func parseOptions(list string) (options, error) {
 				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, %s)", option, tritonOptions)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, splitdown=N, %s)", option, tritonOptions)
 		}
 	}
 	return o, nil

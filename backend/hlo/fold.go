@@ -3,9 +3,7 @@
 package hlo
 
 import (
-	"os"
 	"slices"
-	"strconv"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -53,16 +51,6 @@ func partsOf(v *value) *value {
 		}
 	}
 	return nil
-}
-
-// downSplits is how many programs split the down GEMV's K loop (experiment:
-// BLOCKDIFF_SPLIT_DOWN), 1 for none.
-func downSplits() int {
-	n, err := strconv.Atoi(os.Getenv("BLOCKDIFF_SPLIT_DOWN"))
-	if err != nil || n < 2 {
-		return 1
-	}
-	return n
 }
 
 // recordsOrigins reports whether b keeps how values were made (origin): with option
@@ -417,8 +405,8 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if parts := partsOf(residual); parts != nil && !swiGLU {
 			residual, residualRows = parts, parts.shape.Dimensions[0]
 		}
-		splits := downSplits()
-		if !swiGLU || c.scale != nil || k%(splits*c.t.BK) != 0 {
+		splits := f.builder.backend.downSplits
+		if splits < 2 || !swiGLU || c.scale != nil || k%(splits*c.t.BK) != 0 {
 			splits = 1
 		}
 		vs, err := f.operands(append([]compute.Value{input, residual, w}, c.scaleOperand()...)...)

@@ -446,16 +446,21 @@ func zeroCheckpoint(t *testing.T, layers int) string {
 	return dir
 }
 
-// Experiment BLOCKDIFF_SPLIT_DOWN: the AR step's down GEMVs split their K loop (3 ways
-// on tiny-llama, whose down weight has 192 columns of steps of 64) and return their
-// parts; every GEMV that reads a layer's output, the next layer's q/k/v and o GEMVs
-// and the head's, reads the parts and sums them as it loads them.
+// Option splitdown: the AR step's down GEMVs split their K loop (3 ways on tiny-llama,
+// whose down weight has 192 columns of steps of 64) and return their parts; every GEMV
+// that reads a layer's output, the next layer's q/k/v and o GEMVs and the head's, reads
+// the parts and sums them as it loads them. With 2 parts, which do not divide its 3
+// steps, nothing is split.
 func TestSplitDownInModels(t *testing.T) {
-	t.Setenv("BLOCKDIFF_SPLIT_DOWN", "3")
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold")
-	require.NoError(t, err)
 	dir := filepath.Join(fixtures.Dir(t), "models", "tiny-llama")
+	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=2")
+	require.NoError(t, err)
 	text, _ := windowText(t, b, dir, 1, 1)
+	require.NotContains(t, text, "%kstart = arith.muli %part")
+
+	b, err = hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=3")
+	require.NoError(t, err)
+	text, _ = windowText(t, b, dir, 1, 1)
 	calls := tritonCalls(text)
 	count := func(substr string) (n int) {
 		for _, c := range calls {

@@ -29,6 +29,14 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, options{programOptions: programOptions{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true,
 		tritonNorm: true, tritonPlace: true}}, o)
 
+	o, err = parseOptions("triton=fold,splitdown=2")
+	require.NoError(t, err)
+	require.Equal(t, options{programOptions: programOptions{tritonFold: true, downSplits: 2}}, o)
+	for _, bad := range []string{"splitdown", "splitdown=0", "splitdown=two", "splitdown=-2"} {
+		_, err = parseOptions(bad)
+		require.ErrorContains(t, err, "want splitdown=N", bad)
+	}
+
 	_, err = parseOptions("preallocate=maybe")
 	require.Error(t, err)
 	_, err = parseOptions("memory_fraction=0.5")
