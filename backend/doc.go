@@ -2,7 +2,7 @@
 //
 // XLA on CUDA is chosen when a CUDA PJRT plugin is found, through our own StableHLO
 // backend (package backend/hlo,
-// "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,splitdown=2": its Triton
+// "bdxla:PLUGIN,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2": its Triton
 // GEMVs run 1-row dense products of the larger weights, autoregressive decoding 7 %
 // faster at batch 1; its Triton attention runs windows over the cache at every batch
 // size (at batch 1 the AR step 8-9 % faster, the fused step 4-8 %); the norms, SwiGLU
@@ -12,7 +12,8 @@
 // itself (the AR step 1.8 % faster again); the RMSNorms of several rows run as its own
 // kernel (the 4- and 8-token steps 1-2 % faster, prefill 1-3 %), and its attention
 // kernel places one-token windows' keys and values and writes them into the cache (the
-// AR step 3 % faster again), and its down GEMV at the AR step splits its K loop
+// AR step 3 % faster again), its o GEMV at the AR step loads its weight while the
+// attention before it runs (0.7 % again), and its down GEMV there splits its K loop
 // over twice the programs (1 % again); the rest is as fast as
 // go-xla's backend; see BENCHMARKS.md),
 // otherwise GoMLX's pure-Go backend. The order of precedence is:

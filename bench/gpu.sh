@@ -25,7 +25,8 @@
 # cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
 # persistent (its persistent-kernel probe), dattnab (the peer's AR step under variants of
 # its decode attention),
-# splitdown (option splitdown: its checks on the GPU, the AR step with and without it),
+# aroptions (options triton=preload and splitdown: their checks on the GPU, the AR step
+# with and without them),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
 # on backend labels),
@@ -131,9 +132,12 @@ backend_config() {
     bdxla-gemv-attention-fold-pdl-rope) echo "$(backend_config bdxla-gemv-attention-fold-pdl),triton=rope" ;;
     bdxla-gemv-attention-fold-pdl-rope-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=norm" ;;
     bdxla-gemv-attention-fold-pdl-rope-norm-place) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm),triton=place" ;;
-    bdxla-gemv-attention-fold-pdl-rope-norm-place-split) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place),splitdown=2" ;;
-    ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place-split ;; # what backend.Select picks on CUDA
-    ours-no-split) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place ;; # ours less splitdown=2 (runs before GV)
+    bdxla-gemv-attention-fold-pdl-rope-norm-place-preload) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place),triton=preload" ;;
+    bdxla-gemv-attention-fold-pdl-rope-norm-place-preload-split) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place-preload),splitdown=2" ;;
+    ours) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place-preload-split ;; # what backend.Select picks on CUDA
+    ours-no-split) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place),triton=preload" ;; # ours less splitdown=2 (runs before GV)
+    ours-no-preload) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place),splitdown=2" ;; # ours less triton=preload (run GV)
+    ours-neither) backend_config bdxla-gemv-attention-fold-pdl-rope-norm-place ;; # before both (runs before GV)
     ours-gemv-all) echo "$(backend_config ours),triton=gemv-all" ;; # and every product of 1-8 rows our GEMV
     ours-no-norm) echo "$(backend_config bdxla-gemv-attention-fold-pdl-rope),triton=place" ;; # ours less triton=norm
     ours-no-pdl) echo "$(backend_config bdxla-gemv-attention-fold),triton=rope,triton=norm,triton=place" ;; # ours less triton=pdl
@@ -216,30 +220,28 @@ dattnab() {
   done
 }
 
-splitdown() {
-  # Option splitdown (the AR step's down GEMV split over K, its parts summed in order by
-  # the GEMVs that read them; backend.Select's splitdown=2 since runs GT-GU): its
-  # correctness on the GPU (hlo's fold tests, with 3 parts on tiny-llama, and the
-  # decoder's fixtures under ours with splitdown=3), then our AR step over 528 slots
-  # with 2 parts (ours) and none (ours-no-split), alternating over ROUNDS rounds
-  # (default 2), and, where VARIANTS names builds, theirs under SPLIT_ENV (~3 min).
+aroptions() {
+  # Options triton=preload (the o GEMV loads its weight before its wait, the attention
+  # letting it launch early) and splitdown (the down GEMV split over K, its parts summed
+  # in order by the GEMVs that read them), both picked by backend.Select on CUDA since
+  # run GW: their correctness on the GPU (hlo's fold tests, with both on and 3 parts on
+  # tiny-llama, and the decoder's fixtures under ours with splitdown=3), then our AR
+  # step over 528 slots under ours, ours without either option and without both
+  # (LABELS), alternating over ROUNDS rounds (default 2; ~4 min).
   local round ours v
   ours=$(backend_config ours)
-  section "splitdown: hlo's fold tests and the decoder's fixtures with splitdown=3"
+  section "aroptions: hlo's fold tests and the decoder's fixtures under ours with splitdown=3"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
-    -test.run 'TestTritonFold|TestSplitDown' >"$OUT/split-hlo.log" 2>&1
-  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:' "$OUT/split-hlo.log" | head -24
+    -test.run 'TestTritonFold|TestSplitDown|TestPreload' >"$OUT/aroptions-hlo.log" 2>&1
+  echo "rc=$?"; grep -E '^\s*(--- |ok|FAIL|PASS)|Error:' "$OUT/aroptions-hlo.log" | head -24
   GOMLX_BACKEND="$ours,notf32,splitdown=3" timeout 150 .gpu/bin/diffusion.test -test.v \
-    -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/split-diffusion.log" 2>&1
-  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/split-diffusion.log"
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/aroptions-diffusion.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/aroptions-diffusion.log"
   for round in $(seq "${ROUNDS:-2}"); do
-    for v in ours ours-no-split ${VARIANTS:-}; do
+    for v in ${LABELS:-ours ours-no-preload ours-no-split ours-neither}; do
       section "AR step, $v, round $round"
-      if [ -x ".gpu/bin/$v/bench" ]; then
-        env ${SPLIT_ENV:-} GOMLX_BACKEND="$(backend_config ours-no-split)" timeout 60 ".gpu/bin/$v/bench" -only steps -steps ar -iters 20 -capacity 528 2>&1
-      else
-        GOMLX_BACKEND=$(backend_config "$v") timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 2>&1
-      fi | grep 'device loop' | grep -v compiled
+      GOMLX_BACKEND=$(backend_config "$v") timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 2>&1 |
+        grep 'device loop' | grep -v compiled
     done
   done
 }

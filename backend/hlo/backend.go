@@ -68,6 +68,10 @@ type programOptions struct {
 	// cache slots itself, and one-token windows' write them there (option
 	// "triton=place", place.go).
 	tritonPlace bool
+	// tritonPreload has the o projection's GEMV of the AR step at batch 1 load its
+	// weight while the attention before it runs (option "triton=preload", fold.go and
+	// triton.Kernels.Preload).
+	tritonPreload bool
 	// downSplits is how many programs split each tile's K loop in the AR step's down
 	// GEMV (option "splitdown=N", fold.go); 0 or 1 for none.
 	downSplits int
@@ -134,6 +138,14 @@ var _ compute.Backend = (*Backend)(nil)
 //     the model placing them by a dynamic update rather than concatenating them with
 //     the cache ([Backend.PlacesWindows]): the denoise step 6-7 % faster (run DL).
 //     Backend selection on CUDA uses it;
+//   - "triton=preload", which, with triton=fold and triton=pdl, has the o projection's
+//     GEMV of a one-token window at batch 1 (the AR step) take a tile of 4 rows of the
+//     whole K, where its accumulators fit (K up to 2048), and load it before its PDL
+//     wait, and the attention kernels before it let it launch right after their own
+//     wait, so that its weight streams while they run, as the PyTorch peer's o GEMV's
+//     does (triton.Kernels.Preload). On the H200 the AR step at batch 1 is 0.7 %
+//     faster with it (BENCHMARKS.md, runs GO, GS and GV). Backend selection on CUDA
+//     uses it;
 //   - "splitdown=N", which, with triton=fold, splits the K loop of the AR step's down
 //     GEMV of bfloat16 weights (triton.GEMVSwiGLUSplitTTIR) over N programs per tile of
 //     rows where K's steps divide into N parts: each writes its partial sums to a row
@@ -144,7 +156,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     with 3 or 4 (BENCHMARKS.md, runs GT–GU). Backend selection on CUDA uses 2.
 //
 // Backend selection on CUDA uses
-// "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,splitdown=2".
+// "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2".
 //
 // Unknown options, and values of triton other than these, are errors.
 func New(config string) (*Backend, error) {
@@ -204,7 +216,7 @@ type options struct {
 func (o options) apply(b *Backend) { b.programOptions = o.programOptions }
 
 // tritonOptions lists the values of option triton, for parseOptions' errors.
-const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place"
+const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place, triton=preload"
 
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
@@ -250,6 +262,8 @@ func parseOptions(list string) (options, error) {
 				o.tritonNorm = true
 			case "place":
 				o.tritonPlace = true
+			case "preload":
+				o.tritonPreload = true
 			default:
 				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}
@@ -267,7 +281,9 @@ func (b *Backend) launchesPDL() bool {
 }
 
 // kernels appends our Triton kernels as b's options say.
-func (b *Backend) kernels() triton.Kernels { return triton.Kernels{PDL: b.tritonPDL} }
+func (b *Backend) kernels() triton.Kernels {
+	return triton.Kernels{PDL: b.tritonPDL, Preload: b.tritonPreload}
+}
 
 // buildOnly reports whether b was made by NewBuildOnly.
 func (b *Backend) buildOnly() bool { return b.client == nil }

@@ -32,11 +32,13 @@
 // "triton=norm", which runs the RMSNorms of several rows, with the residual add before
 // them, as our own kernel (norm.go), and "triton=place", which has our attention kernel
 // place one-token windows' keys and values in their cache slot and write them there
-// itself (place.go), and "splitdown=2", which splits the K loop of the AR step's down
+// itself (place.go), "triton=preload", which has the AR step's o GEMV load its weight
+// before its wait while the attention before it runs (fold.go), and "splitdown=2",
+// which splits the K loop of the AR step's down
 // GEMV over two programs per tile, whose partial sums the GEMVs that read the layer's
 // output add in a fixed order (fold.go). For example:
 //
-//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,splitdown=2"
+//	GOMLX_BACKEND="bdxla:/path/to/xla_cuda_plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2"
 //
 // Only the plugin's first device is used. [NewBuildOnly] and [NewBuildOnlyWith] make a
 // backend that builds programs without a plugin, for tests and for reading the

@@ -405,6 +405,10 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if parts := partsOf(residual); parts != nil && !swiGLU {
 			residual, residualRows = parts, parts.shape.Dimensions[0]
 		}
+		if preload := preloadTile(k); f.builder.backend.tritonPreload && !swiGLU && c.scale == nil &&
+			triton.CheckGEMV(1, n, k, preload, dtypes.Float32) == nil {
+			c.t = preload
+		}
 		splits := f.builder.backend.downSplits
 		if splits < 2 || !swiGLU || c.scale != nil || k%(splits*c.t.BK) != 0 {
 			splits = 1
@@ -439,6 +443,13 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 	}
 	return nil, false, nil
 }
+
+// preloadTile is the tile of the o projection's GEMV with option triton=preload: 4 rows
+// of the whole K, one step, whose W tile each program loads before its PDL wait
+// (triton.Kernels.Preload); triton.CheckGEMV refuses it past K 2048, where its float32
+// accumulators would not fit. On the H200, 4 × 2048 was faster than 4 × 1024, 8 × 512
+// and 8 × 2048 of 8 warps (BENCHMARKS.md, run GO).
+func preloadTile(k int) triton.Tile { return triton.Tile{BN: 4, BK: k, Stages: 1} }
 
 // splitDown appends the down GEMV with its K loop split over splits programs
 // (triton.Kernels.GEMVSwiGLUSplit) and the sum of its parts' rows, in order, as the

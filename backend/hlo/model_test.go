@@ -483,3 +483,29 @@ func TestSplitDownInModels(t *testing.T) {
 		}
 	}
 }
+
+// Option triton=preload: at the AR step (a one-token window at batch 1) every layer's o
+// GEMV takes a tile of 4 rows of the whole K and loads it before its PDL wait, and the
+// attention and combine before it let it launch right after their own wait; a 4-token
+// window's attention does not, and without the option nothing is preloaded.
+func TestPreloadInModels(t *testing.T) {
+	dir := filepath.Join(fixtures.Dir(t), "models", "tiny-llama")
+	const kernels = "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=place"
+	// The kernels' text as the custom call's config holds it, escaped twice.
+	early := `griddepcontrol.wait; mov.u32 $0, 0;\\22 {constraints = \\22=r\\22, packed_element = 1 : i32, pure = false} -> i32\\0A    %pdl_launch`
+	for _, c := range []struct {
+		options       string
+		width         int
+		loads, starts int // o GEMVs loading W before their wait; kernels launching the next after it, per layer
+	}{
+		{kernels + ",triton=preload", 1, 1, 2},
+		{kernels + ",triton=preload", 4, 0, 0},
+		{kernels, 1, 0, 0},
+	} {
+		b, err := hlo.NewBuildOnlyWith(c.options)
+		require.NoError(t, err)
+		text, layers := windowText(t, b, dir, 1, c.width)
+		require.Equal(t, c.loads*layers, tritonCallsWith(text, "%wfirst = tt.load %wp0 : tensor<4x128x!tt.ptr<bf16>>"), "%s, width %d", c.options, c.width)
+		require.Equal(t, c.starts*layers, tritonCallsWith(text, early), "%s, width %d", c.options, c.width)
+	}
+}

@@ -29,6 +29,9 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, options{programOptions: programOptions{tritonAttention: true, tritonFold: true, tritonPDL: true, tritonRope: true,
 		tritonNorm: true, tritonPlace: true}}, o)
 
+	o, err = parseOptions("triton=preload")
+	require.NoError(t, err)
+	require.Equal(t, options{programOptions: programOptions{tritonPreload: true}}, o)
 	o, err = parseOptions("triton=fold,splitdown=2")
 	require.NoError(t, err)
 	require.Equal(t, options{programOptions: programOptions{tritonFold: true, downSplits: 2}}, o)

@@ -32,6 +32,15 @@ type Kernels struct {
 	// slower: XLA's kernels after ours then wait beside them. Nor did the attention
 	// gain from loading its cache before its wait, as the peer's does (runs GJ-GK).
 	PDL bool
+	// Preload, with PDL, has the GEMV after a one-token window's attention at batch 1
+	// (the attention's output projection) stream its weight while the attention runs:
+	// the attention and its combine (Attention B and T 1) let the next kernel launch
+	// right after their wait, and GEMVResidual's kernels of one K step load their W
+	// tile before their wait, the loop's step peeled onto it (firstWBeforeWait). On
+	// the H200 the AR step at batch 1 is 0.7 % faster with it and a tile of 4 rows of
+	// the whole K (runs GO, GS and GV in BENCHMARKS.md), as the peer's o GEMV loads its
+	// slice during its attention; early launches elsewhere lost (runs GQ, GU).
+	Preload bool
 }
 
 // launchMarks replaces ir's marks with the instructions PDL needs, or leaves them as
@@ -171,6 +180,9 @@ func (kn Kernels) GEMVResidual(x, w, r, s *stablehlo.Value, t Tile) (*stablehlo.
 	if err == nil && rs.Dimensions[0] > 1 {
 		ir, err = sumParts(ir, "rv0", rs.Dimensions[0], n)
 	}
+	if err == nil && kn.PDL && kn.Preload && !weight.FP8 && t.BK == k {
+		ir, err = firstWBeforeWait("gemm", ir)
+	}
 	return kn.callGEMV("gemm", ir, err, t, withScales([]*stablehlo.Value{x, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
@@ -288,6 +300,9 @@ func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.V
 	if a.Write {
 		outputs = append(outputs, cache, cache)
 	}
+	if kn.Preload && a.B == 1 && a.T == 1 {
+		ir = launchAfterWait(ir)
+	}
 	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), operands, outputs...)
 	if err != nil {
 		return nil, nil, nil, err
@@ -301,6 +316,9 @@ func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.V
 	}
 	if ir, err = AttentionCombineTTIR(a); err != nil {
 		return nil, nil, nil, err
+	}
+	if kn.Preload && a.B == 1 && a.T == 1 {
+		ir = launchAfterWait(ir)
 	}
 	shape := shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)
 	if a.OutputBSHD() {

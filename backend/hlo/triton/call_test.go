@@ -337,3 +337,38 @@ func TestGEMVParts(t *testing.T) {
 	_, err = sumParts(ir, "nothing", 2, 40)
 	require.ErrorContains(t, err, "no single load")
 }
+// Each 1-row GEMV kernel, peeled: the first W tile is loaded before the wait, the
+// loop's first step runs on it after the wait under new names, and the loop starts at
+// the second step from the peeled step's results; every value is defined once.
+func TestFirstWBeforeWait(t *testing.T) {
+	row := Tile{BN: 8, BK: 128, Stages: 3}
+	norm := Norm{InvK: 1.0 / 256, Eps: 1e-5}
+	for name, text := range map[string]func() (string, error){
+		"gemm":           func() (string, error) { return GEMVTTIR(1, 64, 256, row, dtypes.BFloat16, dtypes.BFloat16) },
+		"gemm, residual": func() (string, error) { return GEMVResidualTTIR(1, 64, 256, row, Weight{}) },
+		"gemm_norm":      func() (string, error) { return GEMVNormTTIR(64, 256, row, norm, Weight{}) },
+		"gemm_swiglu":    func() (string, error) { return GEMVSwiGLUResidualTTIR(64, 256, row, Weight{}) },
+		"gemm, residual, one step": func() (string, error) {
+			return GEMVResidualTTIR(1, 64, 128, Tile{BN: 8, BK: 128, Stages: 1}, Weight{})
+		},
+	} {
+		ir, err := text()
+		require.NoError(t, err, name)
+		peeled, err := firstWBeforeWait(name, ir)
+		require.NoError(t, err, name)
+		first, wait := strings.Index(peeled, "%wfirst = tt.load %wp0 : tensor<8x128x!tt.ptr<bf16>>"), strings.Index(peeled, waitMark)
+		require.Positive(t, first, name)
+		require.Less(t, first, wait, name)
+		require.Equal(t, 1, strings.Count(peeled, waitMark), name)
+		require.Equal(t, 1, strings.Count(peeled[:wait], "tt.load"), "%s: only W's first tile is read before the wait", name)
+		require.Contains(t, peeled, "scf.for %k = %cBK to %cK step %cBK iter_args(", name)
+		require.Contains(t, peeled, "%wf_0 = arith.extf %wfirst", name)
+		seen := map[string]bool{}
+		for _, d := range ssaDefinition.FindAllStringSubmatch(peeled, -1) {
+			require.False(t, seen[d[1]], "%s: %s defined twice", name, d[1])
+			seen[d[1]] = true
+		}
+	}
+	_, err := firstWBeforeWait("combine", "module {}")
+	require.ErrorContains(t, err, "no 1-row K loop")
+}
