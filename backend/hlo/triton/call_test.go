@@ -337,6 +337,7 @@ func TestGEMVParts(t *testing.T) {
 	_, err = sumParts(ir, "nothing", 2, 40)
 	require.ErrorContains(t, err, "no single load")
 }
+
 // Each 1-row GEMV kernel, peeled: the first W tile is loaded before the wait, the
 // loop's first step runs on it after the wait under new names, and the loop starts at
 // the second step from the peeled step's results; every value is defined once.
