@@ -8,14 +8,17 @@
 //     multiply on the tensor cores;
 //   - one-row GEMVs with the work around them folded in: the RMSNorm before
 //     (GEMVNormTTIR), the residual add after (GEMVResidualTTIR), and SwiGLU before the
-//     down projection with the add after it (GEMVSwiGLUResidualTTIR);
+//     down projection with the add after it (GEMVSwiGLUResidualTTIR), or that one with
+//     its K loop split over programs that write partial sums (GEMVSwiGLUSplitTTIR),
+//     which the GEMVs reading them add in a fixed order as they load them;
 //   - a split-key attention of short windows over many keys (AttentionTTIR) and the
 //     kernel that combines its splits (AttentionCombineTTIR).
 //
 // [Kernels] appends them to a StableHLO function; its PDL field has them take part in
-// programmatic dependent launch on Hopper. backend/hlo lowers the model's products and
-// attention to them (its options triton=gemv, triton=attention, triton=fold and
-// triton=pdl), and bench/tritonprobe checks and times the GEMV against XLA's dot on a
+// programmatic dependent launch on Hopper, and its Preload field has the o projection's
+// GEMV load its weight while the attention before it runs. backend/hlo lowers the
+// model's products and attention to them (its options triton=gemv, triton=attention,
+// triton=fold, triton=pdl, triton=preload and splitdown), and bench/tritonprobe checks and times the GEMV against XLA's dot on a
 // GPU. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
 // package, so call.go has the build constraint of the rest of backend/hlo
 // (cgo && !noxla).
