@@ -144,7 +144,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     wait, and the attention kernels before it let it launch right after their own
 //     wait, so that its weight streams while they run, as the PyTorch peer's o GEMV's
 //     does (triton.Kernels.Preload). On the H200 the AR step at batch 1 is 0.7 %
-//     faster with it (BENCHMARKS.md, runs GO, GS and GV). Backend selection on CUDA
+//     faster with it (BENCHMARKS.md, runs GO, GS, GV and GW). Backend selection on CUDA
 //     uses it;
 //   - "splitdown=N", which, with triton=fold, splits the K loop of the AR step's down
 //     GEMV of bfloat16 weights (triton.GEMVSwiGLUSplitTTIR) over N programs per tile of
@@ -153,7 +153,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     layer's q/k/v and o GEMVs, the head's) sum in a fixed order as they load them, so
 //     results do not vary from run to run as atomic adds would (fold.go). On the H200
 //     the AR step at batch 1 is 1 % faster with 2 parts than with none, 1–4 % slower
-//     with 3 or 4 (BENCHMARKS.md, runs GT–GU). Backend selection on CUDA uses 2.
+//     with 3 or 4 (BENCHMARKS.md, runs GT–GW). Backend selection on CUDA uses 2.
 //
 // Backend selection on CUDA uses
 // "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2".

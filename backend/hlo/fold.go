@@ -405,11 +405,12 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 		if parts := partsOf(residual); parts != nil && !swiGLU {
 			residual, residualRows = parts, parts.shape.Dimensions[0]
 		}
-		if preload := preloadTile(k); f.builder.backend.tritonPreload && !swiGLU && c.scale == nil &&
+		b := f.builder.backend
+		if preload := preloadTile(k); b.tritonPreload && b.tritonPDL && !swiGLU && c.scale == nil &&
 			triton.CheckGEMV(1, n, k, preload, dtypes.Float32) == nil {
 			c.t = preload
 		}
-		splits := f.builder.backend.downSplits
+		splits := b.downSplits
 		if splits < 2 || !swiGLU || c.scale != nil || k%(splits*c.t.BK) != 0 {
 			splits = 1
 		}
@@ -444,7 +445,8 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 	return nil, false, nil
 }
 
-// preloadTile is the tile of the o projection's GEMV with option triton=preload: 4 rows
+// preloadTile is the tile of the o projection's GEMV with options triton=preload and
+// triton=pdl (on a device that has it): 4 rows
 // of the whole K, one step, whose W tile each program loads before its PDL wait
 // (triton.Kernels.Preload); triton.CheckGEMV refuses it past K 2048, where its float32
 // accumulators would not fit. On the H200, 4 × 2048 was faster than 4 × 1024, 8 × 512
@@ -456,7 +458,7 @@ func preloadTile(k int) triton.Tile { return triton.Tile{BN: 4, BK: k, Stages: 1
 // layer's output of product's shape, which records the parts: the kernels that read
 // the output read the parts (partsOf), and XLA drops the sum where nothing else does.
 func (f *Function) splitDown(product *value, gu, w, r *stablehlo.Value, t triton.Tile, splits int) (compute.Value, bool, error) {
-	parts, err := f.builder.backend.kernels().GEMVSwiGLUSplit(gu, w, r, nil, t, splits)
+	parts, err := f.builder.backend.kernels().GEMVSwiGLUSplit(gu, w, r, t, splits)
 	var y *stablehlo.Value
 	n := w.Shape().Dimensions[0]
 	for i := 0; err == nil && i < splits; i++ {

@@ -38,7 +38,7 @@ type Kernels struct {
 	// right after their wait, and GEMVResidual's kernels of one K step load their W
 	// tile before their wait, the loop's step peeled onto it (firstWBeforeWait). On
 	// the H200 the AR step at batch 1 is 0.7 % faster with it and a tile of 4 rows of
-	// the whole K (runs GO, GS and GV in BENCHMARKS.md), as the peer's o GEMV loads its
+	// the whole K (runs GO, GS, GV and GW in BENCHMARKS.md), as the peer's o GEMV loads its
 	// slice during its attention; early launches elsewhere lost (runs GQ, GU).
 	Preload bool
 }
@@ -204,26 +204,23 @@ func (kn Kernels) GEMVSwiGLUResidual(gu, w, r, s *stablehlo.Value, t Tile) (*sta
 	return kn.callGEMV("gemm_swiglu", ir, err, t, withScales([]*stablehlo.Value{gu, w, r}, s), shapes.Make(dtypes.Float32, 1, n))
 }
 
-// GEMVSwiGLUSplit is GEMVSwiGLUResidual with its K loop split over splits programs per
-// tile (GEMVSwiGLUSplitTTIR): its output is the partial sums [splits, n], the first
-// with r added, whose rows summed in order are the layer's output; GEMVNorm and
-// GEMVResidual read such parts as their x and r.
-func (kn Kernels) GEMVSwiGLUSplit(gu, w, r, s *stablehlo.Value, t Tile, splits int) (*stablehlo.Value, error) {
+// GEMVSwiGLUSplit is GEMVSwiGLUResidual of bfloat16 weights with its K loop split over
+// splits programs per tile (GEMVSwiGLUSplitTTIR): its output is the partial sums
+// [splits, n], the first with r added, whose rows summed in order are the layer's
+// output; GEMVNorm and GEMVResidual read such parts as their x and r.
+func (kn Kernels) GEMVSwiGLUSplit(gu, w, r *stablehlo.Value, t Tile, splits int) (*stablehlo.Value, error) {
 	gs, ws, rs := gu.Shape(), w.Shape(), r.Shape()
-	weight, err := foldWeight(w, s)
-	if err != nil {
-		return nil, fmt.Errorf("triton: split GEMV with SwiGLU: %w", err)
-	}
-	if !gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) || !rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
-		return nil, fmt.Errorf("triton: split GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32", gs, ws, rs)
+	if ws.Rank() != 2 || ws.DType != dtypes.BFloat16 || !gs.Equal(shapes.Make(dtypes.Float32, 1, 2*ws.Dimensions[1])) ||
+		!rs.Equal(shapes.Make(dtypes.Float32, 1, ws.Dimensions[0])) {
+		return nil, fmt.Errorf("triton: split GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32 and w [n, k] bfloat16", gs, ws, rs)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
-	ir, err := GEMVSwiGLUSplitTTIR(n, k, t, weight, splits)
+	ir, err := GEMVSwiGLUSplitTTIR(n, k, t, Weight{}, splits)
 	if err != nil {
 		return nil, err
 	}
 	ys, err := kn.Call("gemm_swiglu", ir, t.Programs(n)*splits, t.warps(), t.Stages,
-		withScales([]*stablehlo.Value{gu, w, r}, s), shapes.Make(dtypes.Float32, splits, n))
+		[]*stablehlo.Value{gu, w, r}, shapes.Make(dtypes.Float32, splits, n))
 	if err != nil {
 		return nil, err
 	}

@@ -297,7 +297,7 @@ func TestGEMVSwiGLUSplitTTIR(t *testing.T) {
 func TestGEMVParts(t *testing.T) {
 	fn, in := inputs(t, "gemv_split", shapes.Make(dtypes.Float32, 1, 512), shapes.Make(dtypes.BFloat16, 40, 256),
 		shapes.Make(dtypes.Float32, 1, 40))
-	y, err := Kernels{}.GEMVSwiGLUSplit(in[0], in[1], in[2], nil, Tile{BN: 8, BK: 128, Stages: 1}, 2)
+	y, err := Kernels{}.GEMVSwiGLUSplit(in[0], in[1], in[2], Tile{BN: 8, BK: 128, Stages: 1}, 2)
 	require.NoError(t, err)
 	require.NoError(t, fn.Return(y))
 	text, err := fn.Builder.Build()

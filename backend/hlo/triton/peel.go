@@ -51,12 +51,12 @@ func firstWBeforeWait(name, ir string) (string, error) {
 	iterArgs := ir[head[4]:head[5]]
 	var args []string
 	for arg := range strings.SplitSeq(iterArgs, ", ") {
-		name, init, ok := strings.Cut(arg, " = ")
+		argName, init, ok := strings.Cut(arg, " = ")
 		if !ok {
 			return "", fmt.Errorf("triton: kernel %s: iter_args %q", name, arg)
 		}
-		pairs = append(pairs, name, init)
-		args = append(args, name)
+		pairs = append(pairs, argName, init)
+		args = append(args, argName)
 	}
 	step = renameValues(step, pairs)
 	yielded := strings.Split(yields, ", ")
