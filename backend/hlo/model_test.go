@@ -460,23 +460,14 @@ func TestSplitDownInModels(t *testing.T) {
 
 	b, err = hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=3")
 	require.NoError(t, err)
-	text, _ = windowText(t, b, dir, 1, 1)
-	calls := tritonCalls(text)
-	count := func(substr string) (n int) {
-		for _, c := range calls {
-			if strings.Contains(c, substr) {
-				n++
-			}
-		}
-		return n
-	}
-	const layers, hidden = 2, 64
+	text, layers := windowText(t, b, dir, 1, 1)
+	const hidden = 64
 	parts := fmt.Sprintf("tensor<3x%dxf32>", hidden)
-	require.Equal(t, layers, count("%kstart = arith.muli %part"), "every down GEMV split")
-	require.Equal(t, layers, count("-> "+parts), "every down GEMV returns its parts")
-	require.Equal(t, layers, count("%xv = arith.addf %xv_s1, %xv_v2"), "the q/k/v GEMV after the first layer and the head read parts")
-	require.Equal(t, layers-1, count("%rv0 = arith.addf %rv0_s1, %rv0_v2"), "the o GEMV after the first layer reads parts")
-	for _, c := range calls {
+	require.Equal(t, layers, tritonCallsWith(text, "%kstart = arith.muli %part"), "every down GEMV split")
+	require.Equal(t, layers, tritonCallsWith(text, "-> "+parts), "every down GEMV returns its parts")
+	require.Equal(t, layers, tritonCallsWith(text, "%xv = arith.addf %xv_s1, %xv_v2"), "the q/k/v GEMV after the first layer and the head read parts")
+	require.Equal(t, layers-1, tritonCallsWith(text, "%rv0 = arith.addf %rv0_s1, %rv0_v2"), "the o GEMV after the first layer reads parts")
+	for _, c := range tritonCalls(text) {
 		if strings.Contains(c, "%xv_v2") || strings.Contains(c, "%rv0_v2") {
 			require.True(t, strings.Contains(c, ": ("+parts) || strings.Contains(c, ", "+parts+") ->"),
 				"a reader's x (its first operand) or r (its last) is the parts")

@@ -215,7 +215,7 @@ func (kn Kernels) GEMVSwiGLUSplit(gu, w, r *stablehlo.Value, t Tile, splits int)
 		return nil, fmt.Errorf("triton: split GEMV with SwiGLU of gu %s, w %s and r %s: want gu [1, 2k] and r [1, n] float32 and w [n, k] bfloat16", gs, ws, rs)
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
-	ir, err := GEMVSwiGLUSplitTTIR(n, k, t, Weight{}, splits)
+	ir, err := GEMVSwiGLUSplitTTIR(n, k, t, splits)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,8 @@ func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.V
 	if a.Write {
 		outputs = append(outputs, cache, cache)
 	}
-	if kn.Preload && a.B == 1 && a.T == 1 {
+	early := kn.Preload && a.B == 1 && a.T == 1 // the AR step's attention (Preload)
+	if early {
 		ir = launchAfterWait(ir)
 	}
 	partials, err := kn.Call("attention", ir, a.Programs(), Warps, a.Stages(), operands, outputs...)
@@ -314,7 +315,7 @@ func (kn Kernels) AttentionOutput(fn *stablehlo.Function, queries []*stablehlo.V
 	if ir, err = AttentionCombineTTIR(a); err != nil {
 		return nil, nil, nil, err
 	}
-	if kn.Preload && a.B == 1 && a.T == 1 {
+	if early {
 		ir = launchAfterWait(ir)
 	}
 	shape := shapes.Make(dtypes.BFloat16, a.B, a.Heads, a.T, a.D)

@@ -268,7 +268,7 @@ func TestGEMVCallWarps(t *testing.T) {
 // adds r, and parts that do not split K into whole steps are refused.
 func TestGEMVSwiGLUSplitTTIR(t *testing.T) {
 	tile := Tile{BN: 8, BK: 128, Stages: 2}
-	ir, err := GEMVSwiGLUSplitTTIR(40, 512, tile, Weight{}, 2)
+	ir, err := GEMVSwiGLUSplitTTIR(40, 512, tile, 2)
 	require.NoError(t, err)
 	for _, want := range []string{
 		"%ctiles = arith.constant 5 : i32",
@@ -285,9 +285,9 @@ func TestGEMVSwiGLUSplitTTIR(t *testing.T) {
 	}
 	requireWellFormed(t, ir)
 	require.Equal(t, 1, strings.Count(ir, waitMark))
-	_, err = GEMVSwiGLUSplitTTIR(40, 384, tile, Weight{}, 2)
+	_, err = GEMVSwiGLUSplitTTIR(40, 384, tile, 2)
 	require.ErrorContains(t, err, "whole 128-column steps")
-	_, err = GEMVSwiGLUSplitTTIR(40, 512, tile, Weight{}, 1)
+	_, err = GEMVSwiGLUSplitTTIR(40, 512, tile, 1)
 	require.Error(t, err)
 }
 

@@ -63,14 +63,16 @@ func swigluText(w Weight) string {
 // of K, [s·k/splits, (s+1)·k/splits), and writes its partial sums to row s of y
 // [splits, n] float32, part 0 with r added. The layer's output is then y[0] + y[1] +
 // ..., summed in that order by whoever reads it (no atomics: the order is fixed). It
-// runs n/bn × splits programs; k/splits must be a multiple of bk.
-func GEMVSwiGLUSplitTTIR(n, k int, t Tile, w Weight, splits int) (string, error) {
+// runs n/bn × splits programs; k/splits must be a multiple of bk. W is bfloat16: the
+// fold splits only bfloat16 down projections (option splitdown).
+func GEMVSwiGLUSplitTTIR(n, k int, t Tile, splits int) (string, error) {
 	if splits < 2 || k%splits != 0 || (k/splits)%t.BK != 0 {
 		return "", fmt.Errorf("triton: GEMV with SwiGLU split %d ways: K %d must split into parts of whole %d-column steps", splits, k, t.BK)
 	}
 	if err := checkRowTile("GEMV with SwiGLU", 1, n, k, t); err != nil {
 		return "", err
 	}
+	var w Weight // bfloat16
 	text := swigluText(w)
 	tiles := n / t.BN
 	for _, r := range []struct{ old, new string }{
