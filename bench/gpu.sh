@@ -246,6 +246,20 @@ aroptions() {
   done
 }
 
+fp8preload() {
+  # The FP8 AR step (-fp8 weight-only) under ours and ours without triton=preload
+  # (whose attention now launches the FP8 o GEMV early, which does not preload its
+  # weight), alternating over ROUNDS rounds (default 2; ~40 s a process).
+  local round v
+  for round in $(seq "${ROUNDS:-2}"); do
+    for v in ours ours-no-preload; do
+      section "FP8 AR step, $v, round $round"
+      GOMLX_BACKEND=$(backend_config "$v") timeout 120 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 \
+        -fp8 weight-only 2>&1 | grep -E 'device loop|rror' | grep -v compiled
+    done
+  done
+}
+
 freshinputs() {
   # What new input buffers cost a prefill on ours (run AG: +8 ms at 512 and at 2048
   # tokens, with one new input or four): the same inputs each run, new ones, new ones

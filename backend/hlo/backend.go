@@ -139,7 +139,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     the cache ([Backend.PlacesWindows]): the denoise step 6-7 % faster (run DL).
 //     Backend selection on CUDA uses it;
 //   - "triton=preload", which, with triton=fold and triton=pdl, has the o projection's
-//     GEMV of a one-token window at batch 1 (the AR step) take a tile of 4 rows of the
+//     GEMV of a one-token window at batch 1 (the AR step) take a tile of 2 rows of the
 //     whole K, where its accumulators fit (K up to 2048), and load it before its PDL
 //     wait, and the attention kernels before it let it launch right after their own
 //     wait, so that its weight streams while they run, as the PyTorch peer's o GEMV's

@@ -446,12 +446,14 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 }
 
 // preloadTile is the tile of the o projection's GEMV with options triton=preload and
-// triton=pdl (on a device that has it): 4 rows
+// triton=pdl (on a device that has it): 2 rows
 // of the whole K, one step, whose W tile each program loads before its PDL wait
 // (triton.Kernels.Preload); triton.CheckGEMV refuses it past K 2048, where its float32
 // accumulators would not fit. On the H200, 4 × 2048 was faster than 4 × 1024, 8 × 512
-// and 8 × 2048 of 8 warps (BENCHMARKS.md, run GO).
-func preloadTile(k int) triton.Tile { return triton.Tile{BN: 4, BK: k, Stages: 1} }
+// and 8 × 2048 of 8 warps (BENCHMARKS.md, run GO), and 2 × 2048 (twice the programs,
+// as the peer's o GEMV has) 0.6-0.7 % faster than 4 × 2048 per added AR step in
+// every round of run GY; 1 row, or 2 warps, slower.
+func preloadTile(k int) triton.Tile { return triton.Tile{BN: 2, BK: k, Stages: 1} }
 
 // splitDown appends the down GEMV with its K loop split over splits programs
 // (triton.Kernels.GEMVSwiGLUSplit) and the sum of its parts' rows, in order, as the

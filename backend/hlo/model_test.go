@@ -476,7 +476,7 @@ func TestSplitDownInModels(t *testing.T) {
 }
 
 // Option triton=preload: at the AR step (a one-token window at batch 1) every layer's o
-// GEMV takes a tile of 4 rows of the whole K and loads it before its PDL wait, and the
+// GEMV takes a tile of 2 rows of the whole K and loads it before its PDL wait, and the
 // attention and combine before it let it launch right after their own wait; a 4-token
 // window's attention does not, and without the option nothing is preloaded.
 func TestPreloadInModels(t *testing.T) {
@@ -496,7 +496,7 @@ func TestPreloadInModels(t *testing.T) {
 		b, err := hlo.NewBuildOnlyWith(c.options)
 		require.NoError(t, err)
 		text, layers := windowText(t, b, dir, 1, c.width)
-		require.Equal(t, c.loads*layers, tritonCallsWith(text, "%wfirst = tt.load %wp0 : tensor<4x128x!tt.ptr<bf16>>"), "%s, width %d", c.options, c.width)
+		require.Equal(t, c.loads*layers, tritonCallsWith(text, "%wfirst = tt.load %wp0 : tensor<2x128x!tt.ptr<bf16>>"), "%s, width %d", c.options, c.width)
 		require.Equal(t, c.starts*layers, tritonCallsWith(text, early), "%s, width %d", c.options, c.width)
 	}
 }
