@@ -61,7 +61,8 @@ const InPlaceMarker = "~output="
 // windows' keys and values and write them into the cache itself (the AR step 3 %
 // faster, run DE), and a denoise step's window's, which writes nothing (the 4-token
 // step 6-7 % faster, run DL); triton=preload has the AR step's o GEMV load its weight
-// while the attention before it runs (0.7 % faster, runs GO, GS, GV and GW);
+// while the attention before it runs (1.6-2.1 % faster, runs GY-GZ; 0.7 % on a 4-row
+// tile, runs GO, GS, GV and GW);
 // splitdown=2 splits the AR step's down GEMV over twice the programs, its two partial
 // sums added in a fixed order by the GEMVs that read them (1 % faster, runs GT-GW;
 // both together 1.6-1.8 %, run GW).

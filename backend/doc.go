@@ -13,7 +13,7 @@
 // kernel (the 4- and 8-token steps 1-2 % faster, prefill 1-3 %), and its attention
 // kernel places one-token windows' keys and values and writes them into the cache (the
 // AR step 3 % faster again), its o GEMV at the AR step loads its weight while the
-// attention before it runs (0.7 % again), and its down GEMV there splits its K loop
+// attention before it runs (1.6-2.1 % again), and its down GEMV there splits its K loop
 // over twice the programs (1 % again); the rest is as fast as
 // go-xla's backend; see BENCHMARKS.md),
 // otherwise GoMLX's pure-Go backend. The order of precedence is:

@@ -144,8 +144,8 @@ var _ compute.Backend = (*Backend)(nil)
 //     wait, and the attention kernels before it let it launch right after their own
 //     wait, so that its weight streams while they run, as the PyTorch peer's o GEMV's
 //     does (triton.Kernels.Preload). On the H200 the AR step at batch 1 is 0.7 %
-//     faster with it (BENCHMARKS.md, runs GO, GS, GV and GW). Backend selection on CUDA
-//     uses it;
+//     faster with it (BENCHMARKS.md, runs GO, GS, GV and GW), 1.6-2.1 % since the tile
+//     has 2 rows (runs GY, GZ). Backend selection on CUDA uses it;
 //   - "splitdown=N", which, with triton=fold, splits the K loop of the AR step's down
 //     GEMV of bfloat16 weights (triton.GEMVSwiGLUSplitTTIR) over N programs per tile of
 //     rows where K's steps divide into N parts: each writes its partial sums to a row

@@ -38,8 +38,9 @@ type Kernels struct {
 	// right after their wait, and GEMVResidual's kernels of one K step load their W
 	// tile before their wait, the loop's step peeled onto it (firstWBeforeWait). On
 	// the H200 the AR step at batch 1 is 0.7 % faster with it and a tile of 4 rows of
-	// the whole K (runs GO, GS, GV and GW in BENCHMARKS.md; 2 rows since run GY), as the peer's o GEMV loads its
-	// slice during its attention; early launches elsewhere lost (runs GQ, GU).
+	// the whole K (runs GO, GS, GV and GW in BENCHMARKS.md), 1.6-2.1 % with 2 rows
+	// (runs GY, GZ), as the peer's o GEMV loads its slice during its attention; early
+	// launches elsewhere lost (runs GQ, GU).
 	Preload bool
 }
 
