@@ -26,7 +26,7 @@
 # persistent (its persistent-kernel probe), dattnab (the peer's AR step under variants of
 # its decode attention),
 # aroptions (options triton=preload and splitdown: their checks on the GPU, the AR step
-# with and without them),
+# with and without them), fp8preload (the FP8 AR step with and without triton=preload),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
 # on backend labels),
