@@ -228,7 +228,7 @@ aroptions() {
   # tiny-llama, and the decoder's fixtures under ours with splitdown=3), then our AR
   # step over 528 slots under ours, ours without either option and without both
   # (LABELS), alternating over ROUNDS rounds (default 2; ~4 min).
-  local round ours v
+  local ours
   ours=$(backend_config ours)
   section "aroptions: hlo's fold tests and the decoder's fixtures under ours with splitdown=3"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 150 .gpu/bin/hlo.test -test.v \
@@ -237,11 +237,18 @@ aroptions() {
   GOMLX_BACKEND="$ours,notf32,splitdown=3" timeout 150 .gpu/bin/diffusion.test -test.v \
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/aroptions-diffusion.log" 2>&1
   echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/aroptions-diffusion.log"
+  arlabels "AR step" "${LABELS:-ours ours-no-preload ours-no-split ours-neither}"
+}
+
+arlabels() {
+  # arlabels TITLE LABELS [FLAGS...]: our AR step over 528 slots under each backend
+  # label of LABELS, with the bench's FLAGS, alternating over ROUNDS rounds (default 2).
+  local round v
   for round in $(seq "${ROUNDS:-2}"); do
-    for v in ${LABELS:-ours ours-no-preload ours-no-split ours-neither}; do
-      section "AR step, $v, round $round"
-      GOMLX_BACKEND=$(backend_config "$v") timeout 60 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 2>&1 |
-        grep 'device loop' | grep -v compiled
+    for v in $2; do
+      section "$1, $v, round $round"
+      GOMLX_BACKEND=$(backend_config "$v") timeout 120 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 \
+        "${@:3}" 2>&1 | grep -E 'device loop|rror' | grep -v compiled
     done
   done
 }
@@ -250,14 +257,7 @@ fp8preload() {
   # The FP8 AR step (-fp8 weight-only) under ours and ours without triton=preload
   # (whose attention now launches the FP8 o GEMV early, which does not preload its
   # weight), alternating over ROUNDS rounds (default 2; ~40 s a process).
-  local round v
-  for round in $(seq "${ROUNDS:-2}"); do
-    for v in ours ours-no-preload; do
-      section "FP8 AR step, $v, round $round"
-      GOMLX_BACKEND=$(backend_config "$v") timeout 120 .gpu/bin/bench -only steps -steps ar -iters 20 -capacity 528 \
-        -fp8 weight-only 2>&1 | grep -E 'device loop|rror' | grep -v compiled
-    done
-  done
+  arlabels "FP8 AR step" "ours ours-no-preload" -fp8 weight-only
 }
 
 freshinputs() {
