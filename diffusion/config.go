@@ -48,7 +48,8 @@ func ParseMode(s string) (Mode, error) {
 // or a preset.
 type Config struct {
 	// BlockSize is the number of positions per block (default 4). Autoregressive mode
-	// uses 1 whatever is set here.
+	// decodes blocks of 1 whatever is set here, and counts BlockSize of its tokens as
+	// a block of BlocksPerReadback.
 	BlockSize int
 	// Threshold τ: a masked position is revealed when its confidence is strictly
 	// greater (default 0.9).
@@ -77,7 +78,8 @@ type Config struct {
 	// denoise step), so a whole generation reads every BlocksPerReadback blocks, while
 	// a stream reads after its first block, so that text comes at once, and then after
 	// twice as many blocks as the read before, up to BlocksPerReadback. 1 reads after
-	// every block.
+	// every block. Autoregressive mode, whose blocks are single tokens, reads after as
+	// many tokens as the other modes: every BlocksPerReadback × BlockSize tokens.
 	BlocksPerReadback int
 	// Trace records every denoise step (positions and tokens revealed) in the result.
 	Trace bool
@@ -183,6 +185,16 @@ func (c Config) blockSize() int {
 		return 1
 	}
 	return c.BlockSize
+}
+
+// readbackBlocks is the most blocks of the mode (blockSize) decoded between host
+// reads: BlocksPerReadback, times BlockSize in Autoregressive mode, so that its reads,
+// each of which costs a round trip, come after as many tokens as the other modes'.
+func (c Config) readbackBlocks() int {
+	if c.Mode == Autoregressive {
+		return c.BlocksPerReadback * c.BlockSize
+	}
+	return c.BlocksPerReadback
 }
 
 // sampling reports whether candidates are sampled rather than taken greedily.

@@ -150,7 +150,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	inWhile := backend.RunsLoopsOnDevice(d.m.Backend())
 	maxIters := 1
 	if inWhile {
-		maxIters = cfg.BlocksPerReadback*(B+2) + 1
+		maxIters = cfg.readbackBlocks()*(B+2) + 1
 	}
 
 	prefill, err := d.prefillProgram(b, capacity, prefillWidth)
@@ -189,7 +189,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	if topP == 0 {
 		topP = 1
 	}
-	chunkBlocks := firstChunkBlocks(cfg.BlocksPerReadback, emit != nil)
+	chunkBlocks := firstChunkBlocks(cfg.readbackBlocks(), emit != nil)
 	common := []*tensors.Tensor{
 		tensors.FromFlatDataAndDimensions(promptLen, b),
 		tensors.FromScalar(int32(cfg.MaxNewTokens)),
@@ -250,7 +250,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		if run > maxRuns {
 			return nil, fmt.Errorf("diffusion: internal error: generation unfinished after %d executions", run)
 		}
-		if next := nextChunkBlocks(chunkBlocks, cfg.BlocksPerReadback); run > 0 && next != chunkBlocks {
+		if next := nextChunkBlocks(chunkBlocks, cfg.readbackBlocks()); run > 0 && next != chunkBlocks {
 			chunkBlocks = next
 			freeAll(common[numParams-1:])
 			common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))
@@ -314,7 +314,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 
 // firstChunkBlocks is the blocks the first chunk finishes before the host reads: one
 // when streaming, so that text comes at once, each later chunk then twice as many as
-// the one before, up to most (Config.BlocksPerReadback); most from the start for a
+// the one before, up to most (Config.readbackBlocks); most from the start for a
 // whole generation, whose caller reads nothing before its end.
 func firstChunkBlocks(most int, streaming bool) int {
 	if streaming {
