@@ -29,7 +29,7 @@
 # with and without them), fp8preload (the FP8 AR step with and without triton=preload),
 # arloop (the decoder's AR loop against the bench's, and builds of VARIANTS), decodeab
 # and stepsab (batch-1 decoding and steps of builds of VARIANTS), decodelabels (decoding
-# on backend labels),
+# on backend labels), readbackab (decoding under several Config.BlocksPerReadback),
 # whileloop (~220 s: what a While whose exit depends on data costs per iteration, and
 # whether command buffers holding the While remove it), compare, fp8 (every FP8
 # decoder), fp8gemv (FP8 on ours, our GEMV reading the bytes, W8A8 on FP8 tensor
@@ -772,10 +772,23 @@ steps_of() {
 }
 
 decodes() {
-  # decodes BENCH: decoding rows of the bench binary BENCH on ours, as decodeab
-  # says (DECODE_TIMEOUT: seconds, default 150).
+  # decodes BENCH [FLAGS...]: decoding rows of the bench binary BENCH on ours, as
+  # decodeab says (DECODE_TIMEOUT: seconds, default 150).
   GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout "${DECODE_TIMEOUT:-150}" "$1" -only decode \
-    -batches "${BATCHES:-1}" -decode "${DECODE:-}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+    -batches "${BATCHES:-1}" -decode "${DECODE:-}" "${@:2}" 2>&1 | grep -E '^(fused|autoregressive|reference)' | grep -v compiled
+}
+
+readbackab() {
+  # Decoding at BATCHES (default 1) of this build with each Config.BlocksPerReadback of
+  # READBACKS (default "16 64"; bench -blocks-per-readback), alternating, ROUNDS rounds
+  # (default 2); DECODE as decodeab.
+  local round r
+  for round in $(seq "${ROUNDS:-2}"); do
+    for r in ${READBACKS:-16 64}; do
+      section "decoding at batch ${BATCHES:-1}, $r blocks per readback, round $round"
+      decodes .gpu/bin/bench -blocks-per-readback "$r"
+    done
+  done
 }
 
 alternate() {

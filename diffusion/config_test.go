@@ -95,11 +95,11 @@ func TestChunkBlocks(t *testing.T) {
 // BlockSize of them, as many tokens as the other modes read after.
 func TestReadbackBlocks(t *testing.T) {
 	cfg := Quality
-	require.Equal(t, 16, cfg.readbackBlocks())
-	cfg.Mode = Reference
-	require.Equal(t, 16, cfg.readbackBlocks())
-	cfg.Mode = Autoregressive
 	require.Equal(t, 64, cfg.readbackBlocks())
+	cfg.Mode = Reference
+	require.Equal(t, 64, cfg.readbackBlocks())
+	cfg.Mode = Autoregressive
+	require.Equal(t, 256, cfg.readbackBlocks())
 	cfg.BlocksPerReadback = 1
 	require.Equal(t, 4, cfg.readbackBlocks())
 }

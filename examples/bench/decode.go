@@ -18,14 +18,14 @@ type decodeCase struct {
 	name      string
 	cfg       diffusion.Config
 	streamed  bool // through Decoder.Stream, at batch 1 only
-	readbacks int  // Config.BlocksPerReadback: 16 unless set
+	readbacks int  // Config.BlocksPerReadback: -blocks-per-readback's unless set
 }
 
 // decodeCases: both presets in fused mode under the two forced schedules, the quality
 // preset in reference mode (a forward per step and per commit, 4-token windows) revealing
 // all, the autoregressive baseline, and the fused quality preset revealing all streamed
-// (at batch 1), its reads after 1, 2, 4, 8 and then every 16 blocks and after every
-// block; those named by -decode. Readbacks every 16 blocks keep round trips rare.
+// (at batch 1), its reads ramping up to -blocks-per-readback (default the presets') and
+// after every block; those named by -decode.
 func decodeCases() []decodeCase {
 	var cases []decodeCase
 	for _, preset := range []string{"quality", "speed"} {
@@ -53,7 +53,7 @@ func decodeCases() []decodeCase {
 	for _, c := range cases {
 		if strings.Contains(c.name, *decodeOnly) {
 			c.cfg.MaxNewTokens = *newTokens
-			c.cfg.BlocksPerReadback = cmp.Or(c.readbacks, 16)
+			c.cfg.BlocksPerReadback = cmp.Or(c.readbacks, *readbackFlag, c.cfg.BlocksPerReadback)
 			kept = append(kept, c)
 		}
 	}

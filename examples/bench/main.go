@@ -53,6 +53,7 @@ var (
 	batches      = flag.String("batches", "1,8,64", "batch sizes for decoding")
 	decodeOnly   = flag.String("decode", "", "time only the decoding cases whose name contains this (e.g. autoregressive; default: all)")
 	newTokens    = flag.Int("new", 256, "tokens generated per prompt when decoding")
+	readbackFlag = flag.Int("blocks-per-readback", 0, "diffusion.Config.BlocksPerReadback of the decoding cases, except the stream read after every block (0: the presets')")
 	jsonOut      = flag.String("json", "", "also write the results as JSON to this file")
 	fp8          = flag.String("fp8", "", "quantize the linear layers: weight-only or w8a8 (static activation scales calibrated on random tokens)")
 	decoder      = flag.String("fp8-decoder", "lut", "in-graph FP8 decoder: lut or bits")

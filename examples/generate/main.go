@@ -39,7 +39,7 @@ var (
 	threshold   = flag.Float64("threshold", -1, "reveal threshold in (0, 1]; -1: the preset's")
 	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step (default: the preset's)")
 	maxTokens   = flag.Int("max-tokens", 128, "maximum new tokens")
-	readback    = flag.Int("blocks-per-readback", 0, "the most blocks the device decodes between host reads: the first read comes after one block, each later one after twice as many as the one before, up to this (default: the preset's, 16; autoregressive mode counts block-size tokens as a block; each read costs about 2 ms on an H200; 1 streams block by block)")
+	readback    = flag.Int("blocks-per-readback", 0, "the most blocks the device decodes between host reads: the first read comes after one block, each later one after twice as many as the one before, up to this (default: the preset's, 64; autoregressive mode counts block-size tokens as a block; each read costs about 2 ms on an H200; 1 streams block by block)")
 	temperature = flag.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
 	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability")
