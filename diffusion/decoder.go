@@ -148,9 +148,10 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	prefillWidth := roundUp(max(bucket(maxPrompt/B*B), B), B)
 	// Iterations per chunk program: a block takes at most B+1 forwards.
 	inWhile := backend.RunsLoopsOnDevice(d.m.Backend())
+	readbackBlocks := cfg.readbackBlocks()
 	maxIters := 1
 	if inWhile {
-		maxIters = cfg.readbackBlocks()*(B+2) + 1
+		maxIters = readbackBlocks*(B+2) + 1
 	}
 
 	prefill, err := d.prefillProgram(b, capacity, prefillWidth)
@@ -189,7 +190,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	if topP == 0 {
 		topP = 1
 	}
-	chunkBlocks := firstChunkBlocks(cfg.readbackBlocks(), emit != nil)
+	chunkBlocks := firstChunkBlocks(readbackBlocks, emit != nil)
 	common := []*tensors.Tensor{
 		tensors.FromFlatDataAndDimensions(promptLen, b),
 		tensors.FromScalar(int32(cfg.MaxNewTokens)),
@@ -250,7 +251,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		if run > maxRuns {
 			return nil, fmt.Errorf("diffusion: internal error: generation unfinished after %d executions", run)
 		}
-		if next := nextChunkBlocks(chunkBlocks, cfg.readbackBlocks()); run > 0 && next != chunkBlocks {
+		if next := nextChunkBlocks(chunkBlocks, readbackBlocks); run > 0 && next != chunkBlocks {
 			chunkBlocks = next
 			freeAll(common[numParams-1:])
 			common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))

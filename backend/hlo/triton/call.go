@@ -244,9 +244,10 @@ func (kn Kernels) GEMVNorm(x, g, w, s *stablehlo.Value, t Tile, norm Norm) (*sta
 	}
 	n, k := ws.Dimensions[0], ws.Dimensions[1]
 	ir, err := GEMVNormTTIR(n, k, t, norm, weight)
-	for _, load := range []string{"xv", "xq"} { // the loop's load of x, and norm.Before's
-		if err == nil && xs.Dimensions[0] > 1 && (load == "xv" || norm.Before) {
-			ir, err = sumParts(ir, load, xs.Dimensions[0], k)
+	if parts := xs.Dimensions[0]; err == nil && parts > 1 {
+		ir, err = sumParts(ir, "xv", parts, k) // the loop's load of x
+		if err == nil && norm.Before {
+			ir, err = sumParts(ir, "xq", parts, k) // and the squares' loop's
 		}
 	}
 	return kn.callGEMV("gemm_norm", ir, err, t, withScales([]*stablehlo.Value{x, g, w}, s), shapes.Make(dtypes.Float32, 1, n))
