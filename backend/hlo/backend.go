@@ -75,14 +75,6 @@ type programOptions struct {
 	// downSplits is how many programs split each tile's K loop in the AR step's down
 	// GEMV (option "splitdown=N", fold.go); 0 or 1 for none.
 	downSplits int
-	// tritonRowParts has our norm kernel of several rows read the partial sums of the
-	// split product it adds, and its FP8 scale, where XLA would add them up (option
-	// "triton=rowparts", norm.go).
-	tritonRowParts bool
-	// bf16Dot is the Dot tile of bfloat16 products of 2 to maxGEMVRows rows, their K
-	// loop split (option "bf16dot=BNxBKxSTAGESxWARPS", gemv.go); the zero Tile: XLA's
-	// dot.
-	bf16Dot triton.Tile
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -161,14 +153,7 @@ var _ compute.Backend = (*Backend)(nil)
 //     layer's q/k/v and o GEMVs, the head's) sum in a fixed order as they load them, so
 //     results do not vary from run to run as atomic adds would (fold.go). On the H200
 //     the AR step at batch 1 is 1 % faster with 2 parts than with none, 1–4 % slower
-//     with 3 or 4 (BENCHMARKS.md, runs GT–GW). Backend selection on CUDA uses 2;
-//   - "bf16dot=BNxBKxSTAGESxWARPS", which runs bfloat16 products of 2 to 8 rows (the
-//     4- and 8-token steps at batch 1) as our Triton GEMV of that Dot tile (fitted to
-//     W, its K loop split as FP8 products' are) instead of XLA's dot;
-//   - "triton=rowparts", which, with triton=norm, has our norm kernel of several rows
-//     take a split product's partial sums and its FP8 scale (the o and down
-//     projections', on FP8 weights or under bf16dot) and add them up itself, where XLA
-//     runs a kernel to add them and scale the sum (norm.go).
+//     with 3 or 4 (BENCHMARKS.md, runs GT–GW). Backend selection on CUDA uses 2.
 //
 // Backend selection on CUDA uses
 // "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2".
@@ -231,7 +216,7 @@ type options struct {
 func (o options) apply(b *Backend) { b.programOptions = o.programOptions }
 
 // tritonOptions lists the values of option triton, for parseOptions' errors.
-const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place, triton=preload, triton=rowparts"
+const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place, triton=preload"
 
 // parseOptions reads the options of a configuration, comma-separated.
 func parseOptions(list string) (options, error) {
@@ -253,12 +238,6 @@ func parseOptions(list string) (options, error) {
 			o.client[key] = b
 		case "notf32":
 			o.noTF32 = true
-		case "bf16dot":
-			t, err := parseDotTile(value)
-			if err != nil {
-				return options{}, fmt.Errorf("hlo: option %q: %w", option, err)
-			}
-			o.bf16Dot = t
 		case "splitdown":
 			n, err := strconv.Atoi(value)
 			if err != nil || n < 1 {
@@ -285,30 +264,14 @@ func parseOptions(list string) (options, error) {
 				o.tritonPlace = true
 			case "preload":
 				o.tritonPreload = true
-			case "rowparts":
-				o.tritonRowParts = true
 			default:
 				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
 			}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, splitdown=N, bf16dot=BNxBKxSTAGESxWARPS, %s)", option, tritonOptions)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, splitdown=N, %s)", option, tritonOptions)
 		}
 	}
 	return o, nil
-}
-
-// parseDotTile reads option bf16dot's tile, "BNxBKxSTAGESxWARPS" (e.g. "128x128x3x4").
-func parseDotTile(value string) (triton.Tile, error) {
-	var sides [4]int
-	fields := strings.Split(value, "x")
-	for i, field := range fields {
-		n, err := strconv.Atoi(field)
-		if err != nil || n < 1 || len(fields) != len(sides) {
-			return triton.Tile{}, errors.New("want BNxBKxSTAGESxWARPS, four whole numbers of at least 1")
-		}
-		sides[i] = n
-	}
-	return triton.Tile{BN: sides[0], BK: sides[1], Stages: sides[2], Warps: sides[3], Dot: true}, nil
 }
 
 // launchesPDL reports whether b's device can run kernels under programmatic dependent

@@ -36,9 +36,7 @@ type origin struct {
 	e4m3Table bool
 	// parts is, for a layer's output that a split kernel computed (residualProduct),
 	// its partial sums [splits, n], whose rows summed in order are the value: the
-	// kernels that read the output read them instead (partsOf). So is, with option
-	// triton=rowparts, a split product's of several rows, [Split, M, N] (tritonGEMV),
-	// for the norm kernel that adds it (normedRows).
+	// kernels that read the output read them instead (partsOf).
 	parts *value
 }
 

@@ -235,20 +235,3 @@ func requireSplitProducts(t *testing.T, text string, layers int) {
 	require.LessOrEqual(t, split, 4*layers, "split products")
 	require.GreaterOrEqual(t, strings.Count(text, "stablehlo.reduce"), split, "a reduction per split product")
 }
-
-// With option triton=rowparts, the norm kernel after each split FP8 product of a Llama
-// model's residual stream (o's and down's, whose K the fitting tiles split) reads the
-// product's partial sums and multiplies their sum by the layer's scale per column: one
-// per layer and o/down, the head's included; MiniCPM's residual adds, scaled by
-// scale_depth, are not recognised and keep XLA's sum.
-func TestRowPartsFP8InModels(t *testing.T) {
-	defer setFittingFP8Tiles()()
-	forFP8Windows(t, "triton=gemv,triton=norm,triton=rowparts", func(t *testing.T, batch int, text string, layers int) {
-		want := 0
-		if strings.Contains(t.Name(), "tiny-llama") {
-			want = 2 * layers
-		}
-		require.Equal(t, want, tritonCallsWith(text, "%bv_v1 = tt.load"), "batch %d: norms reading parts", batch)
-		require.Equal(t, want, tritonCallsWith(text, "%scale: !tt.ptr<f32>"), "batch %d: and scaling them", batch)
-	})
-}

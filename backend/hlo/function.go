@@ -38,10 +38,6 @@ type Function struct {
 	// may take over, and the windows placed in their slots by a dynamic update (option
 	// triton=place, place.go).
 	placements []placement
-	// splitParts are the float32 partial sums [Split, M, N] of the split products
-	// tritonGEMV returned, by their value (option triton=rowparts), for DotGeneral to
-	// record (origin's parts).
-	splitParts map[*stablehlo.Value]*stablehlo.Value
 }
 
 var _ compute.Function = (*Function)(nil)

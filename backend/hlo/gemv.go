@@ -228,15 +228,9 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 		return nil, false, nil
 	case rs.DType == dtypes.Uint8:
 		t, ok = fp8Tile(m, n, k)
-	case rs.DType != dtypes.BFloat16:
+	case rs.DType != dtypes.BFloat16 || (f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k)):
 		return nil, false, nil
 	default:
-		if t, ok = bf16DotTile(f.builder.backend.bf16Dot, m, n, k); ok {
-			break
-		}
-		if f.builder.backend.tritonGEMV == gemvWhereFaster && !lowersWhereFaster(m, n, k) {
-			return nil, false, nil
-		}
 		t, ok = gemvTile(m, n, k)
 	}
 	// ragged is, where no tile divides a bfloat16 W, the rows of W a tile does divide
@@ -256,38 +250,18 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 			return nil, true, err
 		}
 	}
-	var y, partials *stablehlo.Value
+	var y *stablehlo.Value
 	if ragged > 0 {
 		y, err = f.raggedGEMV(x, rhs, ragged, t, out)
 	} else {
-		y, partials, err = f.splitProduct(t, out, func(out dtypes.DType) (*stablehlo.Value, error) {
+		y, err = f.splitProduct(t, out, func(out dtypes.DType) (*stablehlo.Value, error) {
 			return f.builder.backend.kernels().GEMV(x, rhs, t, out)
 		})
 	}
 	if err == nil && ls.Rank() != 2 {
 		y, err = stablehlo.Reshape(y, xshapes.Make(out, append(slices.Clone(rows), n)...))
 	}
-	if err == nil && partials != nil && out == dtypes.Float32 && f.builder.backend.tritonRowParts {
-		if f.splitParts == nil {
-			f.splitParts = map[*stablehlo.Value]*stablehlo.Value{}
-		}
-		f.splitParts[y] = partials
-	}
 	return y, true, err
-}
-
-// bf16DotTile is, with option bf16dot (its tile t), the tile of a bfloat16 product of m
-// rows of W [n, k]: t fitted to W (fitDotTile), its K loop split (splitK), from 2 to
-// maxGEMVRows rows, where it divides W.
-func bf16DotTile(t triton.Tile, m, n, k int) (triton.Tile, bool) {
-	if !t.Dot || m < 2 || m > maxGEMVRows {
-		return triton.Tile{}, false
-	}
-	t = fitDotTile(t, n, k)
-	if triton.CheckGEMV(m, n, k, t, dtypes.BFloat16) != nil {
-		return triton.Tile{}, false
-	}
-	return splitK(t, m, n, k), true
 }
 
 // w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
@@ -306,29 +280,28 @@ func w8a8Tile(m, n, k int) (triton.Tile, bool) {
 
 // splitProduct returns y of dtype out from product, a GEMV kernel of tile t: with
 // t.Split, of its float32 partial sums [Split, m, n], added up (a reduction that XLA
-// fuses into y's consumer) and converted to out; those partial sums too (nil
-// unsplit).
-func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(out dtypes.DType) (*stablehlo.Value, error)) (y, partials *stablehlo.Value, err error) {
+// fuses into y's consumer) and converted to out.
+func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(out dtypes.DType) (*stablehlo.Value, error)) (*stablehlo.Value, error) {
 	if t.Split <= 1 {
-		y, err = product(out)
-		return y, nil, err
+		return product(out)
 	}
-	if partials, err = product(dtypes.Float32); err != nil {
-		return nil, nil, err
+	partials, err := product(dtypes.Float32)
+	if err != nil {
+		return nil, err
 	}
 	zero, err := f.scalar(dtypes.Float32, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	add, err := f.combiner(dtypes.Float32, stablehlo.Add)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if y, err = stablehlo.Reduce(partials, zero, add, 0); err != nil || out == dtypes.Float32 {
-		return y, partials, err
+	y, err := stablehlo.Reduce(partials, zero, add, 0)
+	if err != nil || out == dtypes.Float32 {
+		return y, err
 	}
-	y, err = stablehlo.Convert(y, out)
-	return y, partials, err
+	return stablehlo.Convert(y, out)
 }
 
 // minSplitPrograms is the programs splitK asks of a GEMV: about two per SM of the

@@ -727,34 +727,6 @@ func TestTritonNormModelsMatch(t *testing.T) {
 	}
 }
 
-// The fixture models with triton=rowparts give the plain backend's logits where our
-// norm kernel adds up the split products' partial sums before it (TestRowParts*InModels):
-// with bf16dot's split bfloat16 products, and quantized to FP8 on the tiles of
-// setFittingFP8Tiles, whose o and down products split, their sums times the layers'
-// scales; windows as TestTritonNormModelsMatch's, alone and with the options blockdiff
-// picks on CUDA. The tolerance is TestTritonGEMVModelsMatch's.
-func TestRowPartsModelsMatch(t *testing.T) {
-	defer setFittingFP8Tiles()()
-	tokens := append(slices.Clone(testTokens), testTokens...)
-	for _, fp8 := range []bool{false, true} {
-		requireOptionsMatchPlain(t, []string{"notf32,triton=gemv,triton=norm,triton=rowparts,bf16dot=16x32x1x4",
-			"notf32,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2,triton=rowparts,bf16dot=16x32x1x4"},
-			fmt.Sprintf("rowparts, FP8 %v", fp8), []string{"prefill of 12", "commit of 4", "batch 2, window 4 over the cache"},
-			func(t *testing.T, m *model.Model, add func([][]float32, error)) {
-				if fp8 {
-					require.NoError(t, quant.QuantizeModel(m, quant.Options{}))
-				}
-				s, err := m.NewSession(32, 4)
-				require.NoError(t, err)
-				defer s.Close()
-				last, err := s.Prefill(tokens[:12])
-				add([][]float32{last}, err)
-				add(s.Commit(tokens[12:16]))
-				add(batch2Windows(t, m, 32)(4, [2]int32{0, 0}, [2]int32{4, 4}))
-			})
-	}
-}
-
 // The bf16 fixture models with triton=place give the plain backend's logits where our
 // attention kernel places one-token windows' keys and values itself and writes them
 // into the cache: commits of one token in a session, each reading the slots the ones

@@ -500,32 +500,3 @@ func TestPreloadInModels(t *testing.T) {
 		require.Equal(t, c.starts*layers, tritonCallsWith(text, early), "%s, width %d", c.options, c.width)
 	}
 }
-
-// With option bf16dot, the bfloat16 products of 4- and 8-row windows at batch 1 run our
-// Dot tile: every layer's four and the head's, and the first products of those after
-// triton=norm's kernels (qkv's, gate/up's and, but for the MiniCPM fixtures' scaled
-// logits, the head's), left unused for XLA to remove. With triton=rowparts the norm
-// kernels after o's and down's split products in a Llama model read their parts,
-// unscaled (MiniCPM's residual adds are scaled by scale_depth, and keep XLA's sum).
-// One-row windows, and the 16 rows of batch 4, keep XLA's dot.
-func TestRowPartsBF16InModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=norm,triton=rowparts,bf16dot=16x32x1x4")
-	require.NoError(t, err)
-	for _, dir := range fixtures.Subdirs(t, "models") {
-		for _, w := range [][2]int{{1, 1}, {1, 4}, {1, 8}, {4, 4}} {
-			text, layers := windowText(t, b, dir, w[0], w[1])
-			name := fmt.Sprintf("%s, batch %d, width %d", filepath.Base(dir), w[0], w[1])
-			rows := w[0] * w[1]
-			dots, parts := 0, 0
-			if rows >= 2 && rows <= 8 {
-				dots = 6*layers + 1
-				if filepath.Base(dir) == "tiny-llama" {
-					dots, parts = dots+1, 2*layers
-				}
-			}
-			require.Equal(t, dots, tritonCallsWith(text, "tt.dot %xv, %wv, %a : tensor<16x32xbf16> * tensor<32x16xbf16>"), name)
-			require.Equal(t, parts, tritonCallsWith(text, "%bv_v1 = tt.load"), name)
-			require.Zero(t, tritonCallsWith(text, "%scale: !tt.ptr<f32>"), name)
-		}
-	}
-}

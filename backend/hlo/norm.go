@@ -54,49 +54,13 @@ func (f *Function) normedRows(lhs, rhs compute.Value) (v compute.Value, ok bool,
 			continue
 		}
 		addends := []*value{x}
-		var bScale *value
 		if a, b, ok := sumOf(x); ok && x.fn == f {
 			addends, rows.Sum = []*value{a, b}, true
-			if f.builder.backend.tritonRowParts {
-				addends, bScale = partsAddend(addends, &rows)
-			}
 		}
-		out, err := f.normedRowsProduct(product, x, g, scale, bScale, addends, rows)
+		out, err := f.normedRowsProduct(product, x, g, scale, addends, rows)
 		return out, true, err
 	}
 	return nil, false, nil
-}
-
-// partsAddend returns the two addends of a norm kernel's sum with the second one's
-// partial sums in its place where either is a split product (option
-// triton=rowparts), or such a product of FP8 bytes times its scale (fp8ScaleOf),
-// setting rows' Parts and Scale; and that scale, nil for none. The addends are
-// returned as they are where neither is.
-func partsAddend(addends []*value, rows *triton.RowNorm) ([]*value, *value) {
-	for i, b := range addends {
-		a := addends[1-i]
-		if parts := partsOf(b); parts != nil && opOf(b) == compute.OpTypeDotGeneral {
-			rows.Parts = parts.shape.Dimensions[0]
-			return []*value{a, parts}, nil
-		}
-		if opOf(b) != compute.OpTypeMul {
-			continue
-		}
-		for j, p := range b.origin.args {
-			parts := partsOf(p)
-			if parts == nil || opOf(p) != compute.OpTypeDotGeneral {
-				continue
-			}
-			if scale, ok := fp8ScaleOf(p, b.origin.args[1-j]); ok {
-				rows.Parts, rows.Scale = parts.shape.Dimensions[0], triton.ScalePerColumn
-				if scale.shape.Size() == 1 {
-					rows.Scale = triton.ScaleByOneValue
-				}
-				return []*value{a, parts}, scale
-			}
-		}
-	}
-	return addends, nil
 }
 
 // sumOf returns the addends of x when x is the sum of two float32 values of its shape.
@@ -109,12 +73,11 @@ func sumOf(x *value) (a, b *value, ok bool) {
 }
 
 // normedRowsProduct appends normedRows' kernel for rows of x (from its addends, one or
-// two, the second one's partial sums with rows.Parts, times bScale with rows.Scale) and
-// norm weight g, then product's dense product of the kernel's output scaled by each
-// row's 1/rms, and returns that; with rows.Sum, x's value becomes the kernel's sum.
-// With rows.Before (an FP8 layer's normalised input), the product is of FP8 bytes
+// two) and norm weight g, then product's dense product of the kernel's output scaled
+// by each row's 1/rms, and returns that; with rows.Sum, x's value becomes the kernel's
+// sum. With rows.Before (an FP8 layer's normalised input), the product is of FP8 bytes
 // (e4m3Bytes of its weight, fp8BytesProduct), scaled by scale instead.
-func (f *Function) normedRowsProduct(product, x, g, scale, bScale *value, addends []*value, rows triton.RowNorm) (compute.Value, error) {
+func (f *Function) normedRowsProduct(product, x, g, scale *value, addends []*value, rows triton.RowNorm) (compute.Value, error) {
 	op := compute.OpTypeMul
 	var args []compute.Value
 	for _, a := range addends {
@@ -124,34 +87,23 @@ func (f *Function) normedRowsProduct(product, x, g, scale, bScale *value, addend
 	if rows.Before {
 		args = append(args, scale, e4m3Bytes(product.origin.w))
 	}
-	if bScale != nil {
-		args = append(args, bScale)
-	}
 	vs, err := f.operands(args...)
 	if err != nil {
 		return nil, opError(op, err)
 	}
 	n := len(addends)
 	w := vs[n+1]
+	flat := xshapes.Make(dtypes.Float32, rows.M, rows.K)
 	for i := range addends {
-		dims := []int{rows.M, rows.K}
-		if i == 1 && rows.Parts > 1 {
-			dims = []int{rows.Parts, rows.M, rows.K}
-		}
-		if vs[i], err = stablehlo.Reshape(vs[i], xshapes.Make(dtypes.Float32, dims...)); err != nil {
+		if vs[i], err = stablehlo.Reshape(vs[i], flat); err != nil {
 			return nil, opError(op, err)
 		}
 	}
-	var b, s *stablehlo.Value
+	var b *stablehlo.Value
 	if rows.Sum {
 		b = vs[1]
 	}
-	if bScale != nil {
-		if s, err = stablehlo.Reshape(vs[len(vs)-1], xshapes.Make(dtypes.Float32, bScale.shape.Size())); err != nil {
-			return nil, opError(op, err)
-		}
-	}
-	sum, xg, inv, err := f.builder.backend.kernels().RowNorm(vs[0], b, s, vs[n], rows)
+	sum, xg, inv, err := f.builder.backend.kernels().RowNorm(vs[0], b, vs[n], rows)
 	if err != nil {
 		return nil, opError(op, err)
 	}

@@ -355,9 +355,6 @@ func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxe
 	}
 	if err == nil {
 		f.denseProduct(out, lhs, rhs, lhsContractingAxes, lhsBatchAxes, rhsContractingAxes, rhsBatchAxes, config)
-		if o := out.(*value); opOf(o) == compute.OpTypeDotGeneral && f.splitParts[o.v] != nil {
-			o.origin.parts = f.wrap(f.splitParts[o.v])
-		}
 	}
 	return out, err
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/gomlx/go-xla/pjrt"
 	"github.com/stretchr/testify/require"
-
-	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -40,15 +38,6 @@ func TestParseOptions(t *testing.T) {
 	for _, bad := range []string{"splitdown", "splitdown=0", "splitdown=two", "splitdown=-2"} {
 		_, err = parseOptions(bad)
 		require.ErrorContains(t, err, "want splitdown=N", bad)
-	}
-
-	o, err = parseOptions("triton=norm,triton=rowparts,bf16dot=128x64x3x8")
-	require.NoError(t, err)
-	require.Equal(t, options{programOptions: programOptions{tritonNorm: true, tritonRowParts: true,
-		bf16Dot: triton.Tile{BN: 128, BK: 64, Stages: 3, Warps: 8, Dot: true}}}, o)
-	for _, bad := range []string{"bf16dot", "bf16dot=128x64x3", "bf16dot=128x64x3x8x1", "bf16dot=0x64x3x8", "bf16dot=ax64x3x8"} {
-		_, err = parseOptions(bad)
-		require.ErrorContains(t, err, "want BNxBKxSTAGESxWARPS", bad)
 	}
 
 	_, err = parseOptions("preallocate=maybe")

@@ -376,25 +376,14 @@ type mlirText string
 func (t mlirText) ToStableHLO() string { return string(t) }
 
 // RowNorm appends our norm of r to a's function (RowNormTTIR's kernel, a program per
-// row): for a [M, K] float32 (and b [M, K] float32, nil unless r.Sum; [r.Parts, M, K]
-// with r.Parts > 1), b's scale (float32 [K] or [1] as r.Scale says, nil unscaled) and
-// the norm weight g [K] bfloat16, it returns the rows x (a + b·scale with r.Sum, else
-// nil), x·g rounded to bfloat16 [M, K] and each row's 1/rms [M, 1] float32.
-func (kn Kernels) RowNorm(a, b, scale, g *stablehlo.Value, r RowNorm) (sum, xg, inv *stablehlo.Value, err error) {
+// row): for a [M, K] float32 (and b [M, K] float32, nil unless r.Sum) and the norm
+// weight g [K] bfloat16, it returns the rows x (a + b with r.Sum, else nil), x·g
+// rounded to bfloat16 [M, K] and each row's 1/rms [M, 1] float32.
+func (kn Kernels) RowNorm(a, b, g *stablehlo.Value, r RowNorm) (sum, xg, inv *stablehlo.Value, err error) {
 	rows := shapes.Make(dtypes.Float32, r.M, r.K)
 	operands, want := []*stablehlo.Value{a}, []shapes.Shape{rows}
 	if r.Sum {
-		bShape := rows
-		if r.Parts > 1 {
-			bShape = shapes.Make(dtypes.Float32, r.Parts, r.M, r.K)
-		}
-		operands, want = append(operands, b), append(want, bShape)
-	}
-	switch r.Scale {
-	case ScalePerColumn:
-		operands, want = append(operands, scale), append(want, shapes.Make(dtypes.Float32, r.K))
-	case ScaleByOneValue:
-		operands, want = append(operands, scale), append(want, shapes.Make(dtypes.Float32, 1))
+		operands, want = append(operands, b), append(want, rows)
 	}
 	operands, want = append(operands, g), append(want, shapes.Make(dtypes.BFloat16, r.K))
 	for i, x := range operands {

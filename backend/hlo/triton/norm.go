@@ -113,24 +113,8 @@ func f32Literal(x float32) string { return fmt.Sprintf("0x%08X", math.Float32bit
 type RowNorm struct {
 	M, K int
 	Sum  bool
-	// Parts, with Sum, is how many partial sums the second addend b arrives in, [Parts,
-	// M, K], the kernel adding them up in order (a split product's, which then needs no
-	// kernel of XLA's to add them); 0 or 1: b itself, [M, K].
-	Parts int
-	// Scale, with Sum, multiplies b (its parts summed) by s before the add: a scale per
-	// column [K] or one scalar [1], as package quant's FP8 layers scale their products.
-	Scale Scale
 	Norm
 }
-
-// Scale is how RowNormTTIR's kernel scales its second addend.
-type Scale int
-
-const (
-	Unscaled        Scale = iota // b as it is
-	ScalePerColumn               // b times s [K]
-	ScaleByOneValue              // b times s [1]
-)
 
 // maxRowNormK bounds K: a program holds its whole row, K rounded up to a power of two,
 // in registers (32 float32 values a thread at 4 warps).
@@ -141,11 +125,8 @@ func (r RowNorm) padded() int { return powerOfTwoAtLeast(r.K) }
 
 // CheckRowNorm says why RowNormTTIR cannot write r's kernel, nil if it can.
 func CheckRowNorm(r RowNorm) error {
-	if r.M < 1 || r.K < 1 || r.K > maxRowNormK || int64(max(r.Parts, 1))*int64(r.M)*int64(r.padded()) > math.MaxInt32 {
+	if r.M < 1 || r.K < 1 || r.K > maxRowNormK || int64(r.M)*int64(r.padded()) > math.MaxInt32 {
 		return fmt.Errorf("triton: norm of %d rows of %d: want rows of 1 to %d values and int32 offsets", r.M, r.K, maxRowNormK)
-	}
-	if (r.Parts > 1 || r.Scale != Unscaled) && !r.Sum {
-		return fmt.Errorf("triton: norm of %d rows of %d: parts or a scale need a sum", r.M, r.K)
 	}
 	return nil
 }
@@ -158,15 +139,14 @@ func CheckRowNorm(r RowNorm) error {
 // xg[r] = bf16(bf16(x)·g) for the norm weight g [K] bfloat16, as the graph rounds them:
 // its product by W then takes xg, and its output is scaled by inv. With r.Before, xg[r]
 // is the normalised row bf16(bf16(x·inv[r])·g) of a quantized layer's input instead, and
-// the product's output is not scaled. With r.Parts, b's rows are summed from its parts;
-// with r.Scale, x = a + b·scale. The arguments are a, b (with Sum), scale (with Scale),
-// g, s (with Sum), xg and inv, in that order.
+// the product's output is not scaled. The arguments are a, b (with Sum), g, s (with
+// Sum), xg and inv, in that order.
 func RowNormTTIR(r RowNorm) (string, error) {
 	if err := CheckRowNorm(r); err != nil {
 		return "", err
 	}
 	text := `module {
-  tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, $BARG$SCALEARG%g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, $SARG%xg: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %inv: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+  tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, $BARG%g: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, $SARG%xg: !tt.ptr<bf16> {tt.divisibility = 16 : i32}, %inv: !tt.ptr<f32> {tt.divisibility = 16 : i32}) attributes {noinline = false} {
 ` + waitMark + `    %row = tt.get_program_id x : i32
     %cK = arith.constant $K : i32
     %off = arith.muli %row, %cK : i32
@@ -201,15 +181,11 @@ $NORMED    %xb = arith.truncf $XN : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
   }
 }
 `
-	bArg, scaleArg, sArg, sum, x := "", "", "", "", "%av"
+	bArg, sArg, sum, x := "", "", "", "%av"
 	if r.Sum {
 		bArg = "%b: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
 		sArg = "%s: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
-		addend := "%bv"
-		if r.Scale != Unscaled {
-			addend, scaleArg = "%bs", "%scale: !tt.ptr<f32> {tt.divisibility = 16 : i32}, "
-		}
-		sum, x = strings.NewReplacer("$SCALED", scaledAddend[r.Scale], "$BS", addend).Replace(rowSum), "%x"
+		sum, x = rowSum, "%x"
 	}
 	normed, xn := "", x
 	if r.Before {
@@ -218,38 +194,17 @@ $NORMED    %xb = arith.truncf $XN : tensor<1x$Pxf32> to tensor<1x$Pxbf16>
     %xs = arith.mulf `+x+`, %ivb : tensor<1x$Pxf32>
 `, "%xs"
 	}
-	text = strings.NewReplacer("$BARG", bArg, "$SCALEARG", scaleArg, "$SARG", sArg, "$SUM", sum, "$NORMED", normed, "$XN", xn,
-		"$X", x).Replace(text)
-	text = strings.NewReplacer("$K", fmt.Sprint(r.K), "$P", fmt.Sprint(r.padded()), "$INVK", f32Literal(r.InvK),
-		"$EPS", f32Literal(r.Eps)).Replace(text)
-	if r.Parts > 1 {
-		return sumParts(text, "bv", r.Parts, r.M*r.K)
-	}
-	return text, nil
+	text = strings.NewReplacer("$BARG", bArg, "$SARG", sArg, "$SUM", sum, "$NORMED", normed, "$XN", xn, "$X", x).Replace(text)
+	return strings.NewReplacer("$K", fmt.Sprint(r.K), "$P", fmt.Sprint(r.padded()), "$INVK", f32Literal(r.InvK),
+		"$EPS", f32Literal(r.Eps)).Replace(text), nil
 }
 
-// rowSum is RowNormTTIR's sum of the row's addends, %x = a + b (times its scale,
-// scaledAddend), stored in s.
+// rowSum is RowNormTTIR's sum of the row's addends, %x = a + b, stored in s.
 const rowSum = `    %bbase = tt.splat %b : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
     %bp = tt.addptr %bbase, %ro : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
     %bv = tt.load %bp, %in, %zero : tensor<1x$Px!tt.ptr<f32>>
-$SCALED    %x = arith.addf %av, $BS : tensor<1x$Pxf32>
+    %x = arith.addf %av, %bv : tensor<1x$Pxf32>
     %sbase = tt.splat %s : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
     %sp = tt.addptr %sbase, %ro : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
     tt.store %sp, %x, %in : tensor<1x$Px!tt.ptr<f32>>
 `
-
-// scaledAddend is rowSum's %bs, the second addend %bv times its scale, per Scale
-// (none unscaled: the sum takes %bv).
-var scaledAddend = map[Scale]string{
-	Unscaled: "",
-	ScalePerColumn: `    %scbase = tt.splat %scale : !tt.ptr<f32> -> tensor<1x$Px!tt.ptr<f32>>
-    %scp = tt.addptr %scbase, %rk2 : tensor<1x$Px!tt.ptr<f32>>, tensor<1x$Pxi32>
-    %scv = tt.load %scp, %in, %zero : tensor<1x$Px!tt.ptr<f32>>
-    %bs = arith.mulf %bv, %scv : tensor<1x$Pxf32>
-`,
-	ScaleByOneValue: `    %sc1 = tt.load %scale : !tt.ptr<f32>
-    %scv = tt.splat %sc1 : f32 -> tensor<1x$Pxf32>
-    %bs = arith.mulf %bv, %scv : tensor<1x$Pxf32>
-`,
-}

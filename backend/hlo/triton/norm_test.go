@@ -1,7 +1,6 @@
 package triton
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -57,45 +56,4 @@ func TestRowNormTTIR(t *testing.T) {
 		require.Contains(t, before, "%xb = arith.truncf %xs")
 		require.Equal(t, after, strings.Replace(withoutLines(before, "%iv2 = ", "%ivb = ", "%xs = "), "arith.truncf %xs", "arith.truncf "+x, 1))
 	}
-}
-
-// With Parts, the norm kernel reads its second addend's partial sums, masked as the
-// row is, and adds them up in order before the residual add; with Scale it multiplies
-// that sum by a scale per column or by one value first. Parts and scales need a sum.
-func TestRowNormParts(t *testing.T) {
-	base := RowNorm{M: 4, K: 96, Sum: true, Norm: Norm{InvK: 1.0 / 96, Eps: 1e-6}}
-	plain, err := RowNormTTIR(base)
-	require.NoError(t, err)
-	for _, scale := range []Scale{Unscaled, ScalePerColumn, ScaleByOneValue} {
-		r := base
-		r.Parts, r.Scale = 3, scale
-		text, err := RowNormTTIR(r)
-		require.NoError(t, err, "%+v", r)
-		requireWellFormed(t, text)
-		for i, part := range []string{"%bp", "%bv_p1", "%bv_p2"} {
-			require.Contains(t, text, fmt.Sprintf("%%bv_v%d = tt.load %s, %%in, %%zero : tensor<1x128x!tt.ptr<f32>>", i, part))
-		}
-		require.Contains(t, text, "%bv_o2 = arith.constant dense<768> : tensor<1x128xi32>", "parts of M × K apart")
-		require.Contains(t, text, "%bv_s1 = arith.addf %bv_v0, %bv_v1")
-		require.Contains(t, text, "%bv = arith.addf %bv_s1, %bv_v2")
-		switch scale {
-		case Unscaled:
-			require.NotContains(t, text, "%scale")
-			require.Contains(t, text, "%x = arith.addf %av, %bv :")
-			// The same kernel as without parts, but for b's loads.
-			single := withoutLines(text, "%bv_o1 = ", "%bv_p1 = ", "%bv_o2 = ", "%bv_p2 = ", "%bv_v1 = ", "%bv_v2 = ",
-				"%bv_s1 = ", "%bv = arith.addf")
-			require.Equal(t, plain, strings.Replace(single, "%bv_v0 = tt.load", "%bv = tt.load", 1))
-		case ScalePerColumn:
-			require.Contains(t, text, "%b: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %scale: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g:")
-			require.Contains(t, text, "%scv = tt.load %scp, %in, %zero : tensor<1x128x!tt.ptr<f32>>")
-			require.Contains(t, text, "%bs = arith.mulf %bv, %scv")
-			require.Contains(t, text, "%x = arith.addf %av, %bs :")
-		case ScaleByOneValue:
-			require.Contains(t, text, "%sc1 = tt.load %scale : !tt.ptr<f32>")
-			require.Contains(t, text, "%bs = arith.mulf %bv, %scv")
-		}
-	}
-	require.ErrorContains(t, CheckRowNorm(RowNorm{M: 4, K: 96, Parts: 2}), "need a sum")
-	require.ErrorContains(t, CheckRowNorm(RowNorm{M: 4, K: 96, Scale: ScalePerColumn}), "need a sum")
 }

@@ -10,15 +10,14 @@ import (
 // the operand's parts rows, stride elements apart, and sums them left to right: the
 // rows of a split kernel's partial sums (GEMVSwiGLUSplitTTIR), read where the sum is
 // needed, always in the same order. The load must be one line of text, as
-// `%v = tt.load %p : tensor<...x!tt.ptr<f32>>`, or masked, `%v = tt.load %p, %mask,
-// %other : ...`, each part's load then masked alike.
+// `%v = tt.load %p : tensor<...x!tt.ptr<f32>>`.
 func sumParts(text, value string, parts, stride int) (string, error) {
-	load := regexp.MustCompile(`(?m)^(\s*)%` + regexp.QuoteMeta(value) + ` = tt\.load (%\w+)((?:, %\w+, %\w+)?) : tensor<([\dx]+)x!tt\.ptr<f32>>\n`)
+	load := regexp.MustCompile(`(?m)^(\s*)%` + regexp.QuoteMeta(value) + ` = tt\.load (%\w+) : tensor<([\dx]+)x!tt\.ptr<f32>>\n`)
 	m := load.FindStringSubmatch(text)
 	if m == nil || len(load.FindAllString(text, -1)) != 1 {
 		return "", fmt.Errorf("triton: no single load of %%%s to read in %d parts", value, parts)
 	}
-	indent, ptr, mask, shape := m[1], m[2], m[3], m[4]
+	indent, ptr, shape := m[1], m[2], m[3]
 	var b strings.Builder
 	sum := ""
 	for i := range parts {
@@ -29,7 +28,7 @@ func sumParts(text, value string, parts, stride int) (string, error) {
 			fmt.Fprintf(&b, "%s%s = tt.addptr %s, %%%s_o%d : tensor<%sx!tt.ptr<f32>>, tensor<%sxi32>\n", indent, part, ptr, value, i, shape, shape)
 		}
 		v := fmt.Sprintf("%%%s_v%d", value, i)
-		fmt.Fprintf(&b, "%s%s = tt.load %s%s : tensor<%sx!tt.ptr<f32>>\n", indent, v, part, mask, shape)
+		fmt.Fprintf(&b, "%s%s = tt.load %s : tensor<%sx!tt.ptr<f32>>\n", indent, v, part, shape)
 		switch {
 		case i == 0:
 			sum = v
