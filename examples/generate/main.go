@@ -2,6 +2,10 @@
 // blocks finish, then prints how the decoding went.
 //
 //	go run ./examples/generate -model ~/models/MiniCPM5-2B-diffusion -prompt "Why is the sky blue?"
+//	go run ./examples/generate -model ~/models/MiniCPM5-2B-diffusion -messages chat.json
+//
+// where chat.json holds a conversation to continue, [{"role": "user", "content":
+// "..."}, {"role": "assistant", "content": "..."}, ...].
 //
 // With no -model it runs a tiny random-weight model built in memory, so it works
 // offline anywhere; its text is noise, and it says so.
@@ -9,12 +13,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -33,6 +40,7 @@ var (
 	prompt      = flag.String("prompt", "Once upon a time", "the prompt")
 	system      = flag.String("system", "", "a system message (chat checkpoints)")
 	raw         = flag.Bool("raw", false, "encode the prompt as is, without the chat template")
+	messages    = flag.String("messages", "", `a conversation to continue instead of -prompt and -system: a JSON file ("-": standard input) holding [{"role": "user", "content": "..."}, ...], rendered with the checkpoint's chat template`)
 	preset      = flag.String("preset", "quality", "decoding preset: quality (threshold 0.9, 1 reveal) or speed (0.7, 2)")
 	mode        = flag.String("mode", "fused", "fused, reference or autoregressive")
 	blockSize   = flag.Int("block", 0, "block size (default: the preset's, 4)")
@@ -83,7 +91,9 @@ func run() error {
 		return err
 	}
 
-	fmt.Print(*prompt)
+	if *messages == "" {
+		fmt.Print(*prompt)
+	}
 	text := tok.NewDecodeStream(true)
 	for chunk, err := range dec.Stream(ctx, ids) {
 		if err != nil {
@@ -149,8 +159,12 @@ func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
 	return m, tok, nil
 }
 
-// encodePrompt applies the chat template when the tokenizer has one (unless -raw).
+// encodePrompt applies the chat template when the tokenizer has one (unless -raw), to
+// -system and -prompt or to the conversation of -messages.
 func encodePrompt(tok *tokenizer.Tokenizer) ([]int, error) {
+	if *messages != "" {
+		return encodeConversation(tok)
+	}
 	if *raw || !tok.HasChatTemplate() {
 		return tok.Encode(*prompt)
 	}
@@ -158,12 +172,69 @@ func encodePrompt(tok *tokenizer.Tokenizer) ([]int, error) {
 	if *system != "" {
 		msgs = append(msgs, tokenizer.Message{Role: "system", Content: *system})
 	}
-	// The user's text must not smuggle in control tokens: the template is rendered and
-	// its special tokens parsed, so reject text that spells one.
-	if tok.ContainsSpecialToken(*prompt) || tok.ContainsSpecialToken(*system) {
-		return nil, fmt.Errorf("the prompt contains text that spells a special token; use -raw to send it as is")
-	}
 	msgs = append(msgs, tokenizer.Message{Role: "user", Content: *prompt})
+	return encodeChat(tok, msgs)
+}
+
+// encodeConversation reads -messages and renders it with the chat template.
+func encodeConversation(tok *tokenizer.Tokenizer) ([]int, error) {
+	if err := conflictsWithMessages(flag.Visit); err != nil {
+		return nil, err
+	}
+	if !tok.HasChatTemplate() {
+		return nil, errors.New("-messages needs a checkpoint whose tokenizer_config.json has a chat template")
+	}
+	var data []byte
+	var err error
+	if *messages == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(*messages)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading -messages: %w", err)
+	}
+	var conversation []struct{ Role, Content string }
+	if err := json.Unmarshal(data, &conversation); err != nil {
+		return nil, fmt.Errorf("-messages %s: want a JSON array of {\"role\": ..., \"content\": ...}: %w", *messages, err)
+	}
+	if len(conversation) == 0 {
+		return nil, fmt.Errorf("-messages %s holds no message", *messages)
+	}
+	msgs := make([]tokenizer.Message, len(conversation))
+	for i, m := range conversation {
+		if m.Role == "" {
+			return nil, fmt.Errorf("-messages %s: message %d has no role", *messages, i)
+		}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	return encodeChat(tok, msgs)
+}
+
+// conflictsWithMessages says which of the flags that visit walks (those given) -messages
+// replaces, nil if none.
+func conflictsWithMessages(visit func(func(*flag.Flag))) error {
+	var conflicting []string
+	visit(func(f *flag.Flag) {
+		if f.Name == "prompt" || f.Name == "system" || f.Name == "raw" {
+			conflicting = append(conflicting, "-"+f.Name)
+		}
+	})
+	if len(conflicting) > 0 {
+		return fmt.Errorf("-messages holds the whole conversation: drop %s", strings.Join(conflicting, " and "))
+	}
+	return nil
+}
+
+// encodeChat renders msgs with the chat template, opening the assistant's turn. The
+// user's text must not smuggle in control tokens: the template is rendered and its
+// special tokens parsed, so text that spells one is refused.
+func encodeChat(tok *tokenizer.Tokenizer, msgs []tokenizer.Message) ([]int, error) {
+	for _, m := range msgs {
+		if tok.ContainsSpecialToken(m.Content) {
+			return nil, fmt.Errorf("a %s message contains text that spells a special token; use -prompt with -raw to send text as is", m.Role)
+		}
+	}
 	return tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true})
 }
 

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/blockdiff/blockdiff/internal/demo"
+	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/tokenizer"
 )
 
 // The README's first command: the demo model generates and prints its statistics.
@@ -20,4 +28,60 @@ func TestDecodeConfigFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, cfg.BlocksPerReadback)
 	require.Equal(t, 1, cfg.MinReveal, "the quality preset's")
+}
+
+// -messages continues a conversation from a JSON file, rendered with the checkpoint's
+// chat template (the Qwen3 tokenizer fixture's): a multi-turn chat encodes as the
+// template renders it, its last turn the assistant's opening; files that are not such
+// a conversation, text that spells a special token, a tokenizer without a template and
+// the flags it replaces are refused with a message saying why.
+func TestMessages(t *testing.T) {
+	tok, err := tokenizer.LoadDir(fixtures.Dir(t, "tokenizers", "qwen3"))
+	require.NoError(t, err)
+	defer func(m string) { *messages = m }(*messages)
+	write := func(text string) {
+		*messages = filepath.Join(t.TempDir(), "chat.json")
+		require.NoError(t, os.WriteFile(*messages, []byte(text), 0o600))
+	}
+
+	write(`[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+		{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Why is the sky blue?"}]`)
+	ids, err := encodePrompt(tok)
+	require.NoError(t, err)
+	text := tok.Decode(ids, false)
+	for _, want := range []string{"<|im_start|>system\nBe brief.<|im_end|>", "<|im_start|>user\nHi<|im_end|>",
+		"<|im_start|>assistant\nHello!<|im_end|>", "<|im_start|>user\nWhy is the sky blue?<|im_end|>"} {
+		require.Contains(t, text, want)
+	}
+	require.True(t, strings.HasSuffix(text, "<|im_start|>assistant\n"), "the assistant's turn opened: %q", text)
+
+	for file, want := range map[string]string{
+		`{"role": "user"}`:    "want a JSON array",
+		`[]`:                  "holds no message",
+		`[{"content": "Hi"}]`: "message 0 has no role",
+		`[{"role": "user", "content": "<|im_end|>"}]`: "spells a special token",
+	} {
+		write(file)
+		_, err := encodePrompt(tok)
+		require.ErrorContains(t, err, want, file)
+	}
+	*messages = filepath.Join(t.TempDir(), "missing.json")
+	_, err = encodePrompt(tok)
+	require.ErrorContains(t, err, "reading -messages")
+
+	demoTok, err := demo.Tokenizer()
+	require.NoError(t, err)
+	write(`[{"role": "user", "content": "Hi"}]`)
+	_, err = encodePrompt(demoTok)
+	require.ErrorContains(t, err, "needs a checkpoint whose tokenizer_config.json has a chat template")
+
+	given := flag.NewFlagSet("generate", flag.ContinueOnError)
+	given.String("prompt", "", "")
+	given.String("system", "", "")
+	given.Bool("raw", false, "")
+	given.Int("max-tokens", 0, "")
+	require.NoError(t, given.Parse([]string{"-max-tokens", "8"}))
+	require.NoError(t, conflictsWithMessages(given.Visit))
+	require.NoError(t, given.Parse([]string{"-prompt", "Hi", "-raw"}))
+	require.EqualError(t, conflictsWithMessages(given.Visit), "-messages holds the whole conversation: drop -prompt and -raw")
 }
