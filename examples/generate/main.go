@@ -52,6 +52,7 @@ var (
 	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
 	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability")
 	seed        = flag.Int64("seed", 0, "sampling seed")
+	stop        = flag.String("stop", "", `comma-separated tokens, as the vocabulary spells them (e.g. "<|im_end|>"), that end generation besides the checkpoint's EOS tokens`)
 	fp8         = flag.Bool("fp8", false, "store linear weights in FP8 (E4M3): quantized at load time, or as an FP8 checkpoint stores them")
 	calibration = flag.String("calibration", "", "calibration.json from examples/calibrate: FP8 activations with static scales (implies -fp8)")
 )
@@ -84,6 +85,9 @@ func run() error {
 	}
 	cfg, err := decodeConfig()
 	if err != nil {
+		return err
+	}
+	if cfg.StopTokens, err = stopTokens(tok); err != nil {
 		return err
 	}
 	dec, err := diffusion.New(m, cfg)
@@ -236,6 +240,22 @@ func encodeChat(tok *tokenizer.Tokenizer, msgs []tokenizer.Message) ([]int, erro
 		}
 	}
 	return tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true})
+}
+
+// stopTokens is the IDs of -stop's tokens in tok's vocabulary.
+func stopTokens(tok *tokenizer.Tokenizer) ([]int, error) {
+	if *stop == "" {
+		return nil, nil
+	}
+	var ids []int
+	for token := range strings.SplitSeq(*stop, ",") {
+		id, ok := tok.TokenToID(token)
+		if !ok {
+			return nil, fmt.Errorf("-stop: %q is not a token of this vocabulary", token)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // decodeConfig starts from the preset and applies the flags given.

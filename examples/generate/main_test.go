@@ -85,3 +85,26 @@ func TestMessages(t *testing.T) {
 	require.NoError(t, given.Parse([]string{"-prompt", "Hi", "-raw"}))
 	require.EqualError(t, conflictsWithMessages(given.Visit), "-messages holds the whole conversation: drop -prompt and -raw")
 }
+
+// -stop names tokens as the vocabulary spells them; a name that is not one is refused.
+func TestStopTokens(t *testing.T) {
+	tok, err := tokenizer.LoadDir(fixtures.Dir(t, "tokenizers", "qwen3"))
+	require.NoError(t, err)
+	defer func(s string) { *stop = s }(*stop)
+	*stop = ""
+	ids, err := stopTokens(tok)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+	*stop = "<|im_end|>,<|endoftext|>"
+	ids, err = stopTokens(tok)
+	require.NoError(t, err)
+	require.Len(t, ids, 2)
+	for i, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		got, ok := tok.IDToToken(ids[i])
+		require.True(t, ok)
+		require.Equal(t, name, got)
+	}
+	*stop = "<|im_end|>,<|no such token|>"
+	_, err = stopTokens(tok)
+	require.EqualError(t, err, `-stop: "<|no such token|>" is not a token of this vocabulary`)
+}
