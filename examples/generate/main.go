@@ -198,19 +198,17 @@ func encodeConversation(tok *tokenizer.Tokenizer) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading -messages: %w", err)
 	}
-	var conversation []struct{ Role, Content string }
-	if err := json.Unmarshal(data, &conversation); err != nil {
+	var msgs []tokenizer.Message // "role" and "content" match its fields
+	if err := json.Unmarshal(data, &msgs); err != nil {
 		return nil, fmt.Errorf("-messages %s: want a JSON array of {\"role\": ..., \"content\": ...}: %w", *messages, err)
 	}
-	if len(conversation) == 0 {
+	if len(msgs) == 0 {
 		return nil, fmt.Errorf("-messages %s holds no message", *messages)
 	}
-	msgs := make([]tokenizer.Message, len(conversation))
-	for i, m := range conversation {
+	for i, m := range msgs {
 		if m.Role == "" {
 			return nil, fmt.Errorf("-messages %s: message %d has no role", *messages, i)
 		}
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
 	}
 	return encodeChat(tok, msgs)
 }
