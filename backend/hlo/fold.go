@@ -279,10 +279,30 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 		if !ok {
 			continue
 		}
+		if c.scale == nil {
+			c.t = normTile(c.t, c.product.origin.w.shape.Dimensions[0])
+		}
 		out, err := f.gemvNorm(c, x, g, norm)
 		return out, true, err
 	}
 	return nil, false, nil
+}
+
+// minNormPrograms is the fewest programs a 1-row GEMV with the norm of bfloat16 weights
+// runs on its 8-row tile (normTile).
+const minNormPrograms = 512
+
+// normTile is the tile of a 1-row GEMV with the norm of a bfloat16 W of n rows: t,
+// gemvTiles' for one row, or where its 8 rows would run fewer than minNormPrograms
+// programs, 4 rows (twice the programs, as the PyTorch peer's q/k/v GEMV has). On the
+// H200, MiniCPM5-2B's q/k/v GEMV (2560 rows: 320 programs, or 640) made the AR step
+// 0.35 % faster per added step so, in 7 of 8 alternations (BENCHMARKS.md, run HR);
+// tiles of 2 rows, of other K steps or more stages were slower (runs HP-HQ).
+func normTile(t triton.Tile, n int) triton.Tile {
+	if t.BN == 8 && n/t.BN < minNormPrograms && n%4 == 0 {
+		t.BN = 4
+	}
+	return t
 }
 
 // gemvNorm appends, for c's product of one row, the kernel of triton.Kernels.GEMVNorm

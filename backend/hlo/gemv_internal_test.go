@@ -50,6 +50,21 @@ func TestGEMVTile(t *testing.T) {
 	})
 }
 
+// A GEMV with the norm takes 4 rows a program where 8 would run fewer than 512
+// programs: MiniCPM5-2B's q/k/v, not its gate/up nor its head.
+func TestNormTile(t *testing.T) {
+	tile := triton.Tile{BN: 8, BK: 512, Stages: 3}
+	half := triton.Tile{BN: 4, BK: 512, Stages: 3}
+	require.Equal(t, half, normTile(tile, 2560))    // MiniCPM5-2B's q/k/v: 320 programs
+	require.Equal(t, tile, normTile(tile, 12288))   // its gate/up: 1536
+	require.Equal(t, tile, normTile(tile, 130560))  // its head
+	require.Equal(t, tile, normTile(tile, 6912))    // MiniCPM-2B's q/k/v: 864
+	require.Equal(t, tile, normTile(tile, 4096))    // 512 programs
+	require.Equal(t, half, normTile(tile, 4088))    // 511
+	other := triton.Tile{BN: 16, BK: 64, Stages: 3} // not gemvTiles' one-row tile
+	require.Equal(t, other, normTile(other, 192))
+}
+
 // triton=gemv lowers only the products measured faster than XLA's dot: one row and W
 // of at least 8 Mi entries.
 func TestLowersWhereFaster(t *testing.T) {
