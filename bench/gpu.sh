@@ -972,6 +972,20 @@ placeab() {
   optionab place TestTritonPlaceModelsMatch bdxla-gemv-attention-fold-pdl-rope-norm steps_of
 }
 
+normtile() {
+  # The q/k/v GEMV with the norm on 4-row tiles (normTile): hlo's fold and norm tests,
+  # the decoder's fixtures under ours, then our AR step against the builds of VARIANTS
+  # (stepsab; ROUNDS rounds, default 2).
+  section "normtile: hlo's fold tests, the decoder's fixtures under ours"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 120 .gpu/bin/hlo.test -test.v \
+    -test.run 'TestTritonFoldModelsMatch|TestTritonNormModelsMatch' >"$OUT/normtile-hlo.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- FAIL|ok|FAIL|PASS)|Error:' "$OUT/normtile-hlo.log" | head; grep -c -- '--- PASS' "$OUT/normtile-hlo.log"
+  GOMLX_BACKEND="$(backend_config ours),notf32" timeout 150 .gpu/bin/diffusion.test -test.v \
+    -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/normtile-diffusion.log" 2>&1
+  echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/normtile-diffusion.log"
+  STEPS=ar stepsab
+}
+
 pack() {
   # Every file under $OUT into $OUT/all.tgz: a device call brings back at most 8 files,
   # so a call running several sections (or several OUT=$OUT/x invocations) ends with

@@ -296,8 +296,9 @@ const minNormPrograms = 512
 // gemvTiles' for one row, or where its 8 rows would run fewer than minNormPrograms
 // programs, 4 rows (twice the programs, as the PyTorch peer's q/k/v GEMV has). On the
 // H200, MiniCPM5-2B's q/k/v GEMV (2560 rows: 320 programs, or 640) made the AR step
-// 0.35 % faster per added step so, in 7 of 8 alternations (BENCHMARKS.md, run HR);
-// tiles of 2 rows, of other K steps or more stages were slower (runs HP-HQ).
+// 0.35 % faster per added step so, in 7 of 8 alternations in one process, and 0.1 %
+// against the build before it (BENCHMARKS.md, runs HR-HS); tiles of 2 rows, of other K
+// steps or more stages were slower (runs HP-HQ).
 func normTile(t triton.Tile, n int) triton.Tile {
 	if t.BN == 8 && n/t.BN < minNormPrograms && n%4 == 0 {
 		t.BN = 4
