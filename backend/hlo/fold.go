@@ -298,9 +298,10 @@ const minNormPrograms = 512
 // H200, MiniCPM5-2B's q/k/v GEMV (2560 rows: 320 programs, or 640) made the AR step
 // 0.35 % faster per added step so, in 7 of 8 alternations in one process, and 0.1 %
 // against the build before it (BENCHMARKS.md, runs HR-HS); tiles of 2 rows, of other K
-// steps or more stages were slower (runs HP-HQ).
+// steps or more stages were slower (runs HP-HQ). t's rows divide n (foldCandidates
+// takes only tiles that do), so 4 rows do too.
 func normTile(t triton.Tile, n int) triton.Tile {
-	if t.BN == 8 && n/t.BN < minNormPrograms && n%4 == 0 {
+	if t.BN == 8 && n/t.BN < minNormPrograms {
 		t.BN = 4
 	}
 	return t
