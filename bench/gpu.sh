@@ -51,9 +51,9 @@
 # normab (ours against ours without triton=norm), placeab (ours against ours without
 # triton=place), buffers (an execution's cost by its buffers), stacked (whether XLA
 # copies a stacked weight's layer), prefilladded (prefill per added prefill), trace
-# (in-graph kernel times,
-# bench/cupti), profile, and pack (every file under $OUT into one, since a device call
-# brings back at most 8). A device call lasts at most 600 s, so the default stops at
+# (in-graph kernel times, bench/cupti), contexts (batch-1 steps at longer contexts,
+# ours and the peer's), profile, and pack (every file under $OUT into one, since a
+# device call brings back at most 8). A device call lasts at most 600 s, so the default stops at
 # two.
 set -u
 cd "$(dirname "$0")/.."
@@ -984,6 +984,25 @@ normtile() {
     -test.run 'TestFixtureDecode|TestFixtureAutoregressive' >"$OUT/normtile-diffusion.log" 2>&1
   echo "rc=$?"; grep -E '^(--- |ok|FAIL|PASS)' "$OUT/normtile-diffusion.log"
   STEPS=ar stepsab
+}
+
+contexts() {
+  # Batch-1 steps at longer contexts (CONTEXTS, default "2048 4096"), the peer's and
+  # ours one after the other per context: the peer's block and fused steps (its Triton
+  # and cuBLAS products) and AR step (its main compile, and with its L2 side stream),
+  # its GEMVs tuned as the peer section's, then our denoise, fused and AR steps over
+  # context + 16 slots, the peer's cache bucket (~4 min a context).
+  local c
+  for c in ${CONTEXTS:-2048 4096}; do
+    section "contexts: the peer at context $c"
+    timeout 240 python3 bench/pytorch/peer.py --batch 1 --context "$c" --max-len $((c + 64)) --prefill 512 \
+      --only block,fused,ar/main,ar/side-l2 --gemv-tune --dattn-combine kernel --no-profile \
+      --out "$OUT/peer-$c" >"$OUT/peer-$c.log" 2>&1
+    echo "peer: rc=$?"; tail -22 "$OUT/peer-$c.log"
+    section "contexts: ours at context $c"
+    GOMLX_BACKEND=$(backend_config ours) timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
+      -context "$c" -capacity $((c + 16)) 2>&1 | grep -E 'device loop|rror' | grep -v compiled
+  done
 }
 
 pack() {
