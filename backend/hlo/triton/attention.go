@@ -61,6 +61,25 @@ const AttentionKeys = 32
 // them, seven splits 29 MB, about half the keys and values they read.
 const maxAttentionPrograms = 264
 
+// maxWindowPrograms bounds the programs of the attention kernel of a window of several
+// queries at batch 1 instead: one per SM of the H200. Splits of one step of keys each,
+// up to maxAttentionPrograms of them, made the 4- and 8-token steps slower than half
+// as many splits of two steps past 4096 cached positions (BENCHMARKS.md, runs IA-IC:
+// after 4096 positions the denoise step 1.1-1.4 % slower and the fused step 4.6 %,
+// after 8192 1.9 % and 7.3 %; the same at 2048 and below, where the steps fit either
+// cap); the AR step's one-token window lost 0.5-1.0 % with it and keeps
+// maxAttentionPrograms.
+const maxWindowPrograms = 132
+
+// programsCap is the most programs a's kernel runs: maxWindowPrograms for a window of
+// several queries at batch 1, maxAttentionPrograms otherwise.
+func (a Attention) programsCap() int {
+	if a.B == 1 && a.T > 1 {
+		return maxWindowPrograms
+	}
+	return maxAttentionPrograms
+}
+
 // maxAttentionStages is how deep the kernel's loop over its steps of keys is pipelined
 // (the next steps' keys, values and bias loading while one is computed) where a
 // program has that many steps: at batch 64 a program walks 14 of them (run BV in
@@ -96,10 +115,10 @@ func (a Attention) windowKeys() int { return dotSide(a.T) }
 
 // Splits is how many programs share the keys of one batch row and key/value head, each
 // reading KeysPerSplit of them: as many as there are steps of AttentionKeys keys, up
-// to maxAttentionPrograms programs in all.
+// to programsCap programs in all.
 func (a Attention) Splits() int {
 	steps := (a.S + AttentionKeys - 1) / AttentionKeys
-	perHead := max(1, maxAttentionPrograms/(a.B*a.KVHeads))
+	perHead := max(1, a.programsCap()/(a.B*a.KVHeads))
 	if steps <= perHead {
 		return steps
 	}

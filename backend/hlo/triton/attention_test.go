@@ -17,9 +17,10 @@ func decodeAttention(t, s int) Attention {
 }
 
 // The grid: a program per batch row, key/value head, group of 16 rows (where every
-// step of keys keeps its programs, up to 264) and split of 32 keys, up to 264 programs,
-// with every key in some split; the rows of a group padded to tt.dot's 16; programs of
-// several steps pipelined up to 3 deep.
+// step of keys keeps its programs, up to 264) and split of 32 keys, up to 264 programs
+// (132 for a window of several queries at batch 1), with every key in some split; the
+// rows of a group padded to tt.dot's 16; programs of several steps pipelined up to 3
+// deep.
 func TestAttentionGrid(t *testing.T) {
 	for _, c := range []struct {
 		a                                                       Attention
@@ -30,8 +31,11 @@ func TestAttentionGrid(t *testing.T) {
 		{decodeAttention(8, 520), 64, 4, 17, 32, 136, 1},
 		{decodeAttention(4, 2048), 32, 2, 64, 32, 256, 1},
 		{decodeAttention(8, 2048), 64, 1, 64, 32, 128, 1},
-		{decodeAttention(4, 4100), 32, 1, 129, 32, 258, 1},
-		{decodeAttention(4, 8200), 32, 1, 129, 64, 258, 2},
+		{decodeAttention(1, 4100), 16, 1, 129, 32, 258, 1},
+		{decodeAttention(4, 4100), 32, 1, 65, 64, 130, 2},
+		{decodeAttention(4, 8200), 32, 1, 65, 128, 130, 3},
+		{decodeAttention(8, 8200), 64, 1, 65, 128, 130, 3},
+		{Attention{B: 2, Heads: 16, KVHeads: 2, T: 4, S: 4100, D: 128, BiasHeads: 1}, 32, 1, 65, 64, 260, 2},
 		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 4, S: 2052, D: 128, BiasHeads: 1}, 32, 1, 2, 1056, 256, 3},
 		{Attention{B: 64, Heads: 16, KVHeads: 2, T: 1, S: 896, D: 128, BiasHeads: 1}, 16, 1, 2, 448, 256, 3},
 		{Attention{B: 2, Heads: 4, KVHeads: 4, T: 3, S: 20, D: 16, BiasHeads: 4}, 16, 1, 1, 32, 8, 1},
@@ -47,6 +51,7 @@ func TestAttentionGrid(t *testing.T) {
 		require.GreaterOrEqual(t, a.Splits()*a.KeysPerSplit(), a.S, "every key in a split")
 		require.Less(t, (a.Splits()-1)*a.KeysPerSplit(), a.S, "no split without keys")
 		require.LessOrEqual(t, a.Programs(), max(maxAttentionPrograms, a.B*a.KVHeads))
+		require.LessOrEqual(t, a.B*a.KVHeads*a.Splits(), max(a.programsCap(), a.B*a.KVHeads), "splits within the cap")
 	}
 }
 
