@@ -61,18 +61,19 @@ const AttentionKeys = 32
 // them, seven splits 29 MB, about half the keys and values they read.
 const maxAttentionPrograms = 264
 
-// maxWindowPrograms bounds the programs of the attention kernel of a window of several
-// queries at batch 1 instead: one per SM of the H200. Splits of one step of keys each,
-// up to maxAttentionPrograms of them, made the 4- and 8-token steps slower than half
-// as many splits of two steps past 4096 cached positions (BENCHMARKS.md, runs IA-IC:
-// after 4096 positions the denoise step 1.1-1.4 % slower and the fused step 4.6 %,
-// after 8192 1.9 % and 7.3 %; the same at 2048 and below, where the steps fit either
-// cap); the AR step's one-token window lost 0.5-1.0 % with it and keeps
-// maxAttentionPrograms.
+// maxWindowPrograms bounds the splits of the attention kernel of a window of several
+// queries at batch 1 instead: one program per SM of the H200. Past 4096 cached
+// positions, half as many splits of twice the steps made the 4- and 8-token steps
+// faster than maxAttentionPrograms' (BENCHMARKS.md, runs IA-ID: after 4096 positions
+// the denoise step 1.0-1.4 % and the fused step 4.4-4.7 %, after 8192 the denoise step
+// up to 2.9 % (level in one round) and the fused step 5-8.5 %; at 2048 and below the
+// splits are the same either way); the AR step's one-token window lost 0.5-1.0 % so
+// and keeps maxAttentionPrograms.
 const maxWindowPrograms = 132
 
-// programsCap is the most programs a's kernel runs: maxWindowPrograms for a window of
-// several queries at batch 1, maxAttentionPrograms otherwise.
+// programsCap bounds the programs over which a's kernel splits its keys
+// (Attention.Splits): maxWindowPrograms for a window of several queries at batch 1,
+// maxAttentionPrograms otherwise.
 func (a Attention) programsCap() int {
 	if a.B == 1 && a.T > 1 {
 		return maxWindowPrograms
