@@ -53,8 +53,8 @@
 # copies a stacked weight's layer), prefilladded (prefill per added prefill), trace
 # (in-graph kernel times, bench/cupti), contexts (batch-1 steps at longer contexts,
 # ours and the peer's), profile, and pack (every file under $OUT into one, since a
-# device call brings back at most 8). A device call lasts at most 600 s, so the default stops at
-# two.
+# device call brings back at most 8). A device call lasts at most 600 s, so the default
+# stops at two.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -991,7 +991,7 @@ contexts() {
   # ours one after the other per context: the peer's block and fused steps (its Triton
   # and cuBLAS products) and AR step (its main compile, and with its L2 side stream),
   # its GEMVs tuned as the peer section's, then our denoise, fused and AR steps over
-  # context + 16 slots, the peer's cache bucket (~4 min a context).
+  # context + 16 slots, the peer's cache bucket (~2 min a context: runs HV-HW).
   local c
   for c in ${CONTEXTS:-2048 4096}; do
     section "contexts: the peer at context $c"

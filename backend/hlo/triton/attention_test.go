@@ -17,10 +17,10 @@ func decodeAttention(t, s int) Attention {
 }
 
 // The grid: a program per batch row, key/value head, group of 16 rows (where every
-// step of keys keeps its programs, up to 264) and split of 32 keys, up to 264 programs
-// (132 for a window of several queries at batch 1), with every key in some split; the
-// rows of a group padded to tt.dot's 16; programs of several steps pipelined up to 3
-// deep.
+// step of keys keeps its programs, up to 264) and split of 32 keys (the splits up to
+// 264 programs, 132 for a window of several queries at batch 1), with every key in
+// some split; the rows of a group padded to tt.dot's 16; programs of several steps
+// pipelined up to 3 deep.
 func TestAttentionGrid(t *testing.T) {
 	for _, c := range []struct {
 		a                                                       Attention
