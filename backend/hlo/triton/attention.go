@@ -65,9 +65,9 @@ const maxAttentionPrograms = 264
 // queries at batch 1 instead: one program per SM of the H200. Past 4096 cached
 // positions, half as many splits of twice the steps made the 4- and 8-token steps
 // faster than maxAttentionPrograms' (BENCHMARKS.md, runs IA-ID: after 4096 positions
-// the denoise step 1.0-1.4 % and the fused step 4.4-4.7 %, after 8192 the denoise step
+// the denoise step 1.0-1.5 % and the fused step 4.4-4.7 %, after 8192 the denoise step
 // up to 2.9 % (level in one round) and the fused step 5-8.5 %; at 2048 and below the
-// splits are the same either way); the AR step's one-token window lost 0.5-1.0 % so
+// splits are the same either way); the AR step's one-token window lost 0.5-1.1 % so
 // and keeps maxAttentionPrograms.
 const maxWindowPrograms = 132
 
