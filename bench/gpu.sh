@@ -619,9 +619,10 @@ prefetch() {
 
 persistent() {
   # What a grid-wide barrier costs a persistent kernel running a chain of 16 dependent
-  # 4-row products (o shape), against a launch per product, ours and XLA's
-  # (bench/tritonprobe -persistent, ~1 min; a barrier that never opens ends at the
-  # timeout). XLA's messages go to tritonprobe-persistent.err.
+  # 4-row products (o shape), against a launch per product, ours and XLA's, and
+  # whether its counters may be a constant of the program (bench/tritonprobe
+  # -persistent, ~1 min; a barrier that never opens ends at the timeout). XLA's
+  # messages go to tritonprobe-persistent.err.
   section "a persistent kernel's grid barrier against a launch per product (bench/tritonprobe -persistent)"
   timeout 120 .gpu/bin/tritonprobe -plugin "$plugin" -persistent -iters 50 2>"$OUT/tritonprobe-persistent.err"
   local rc=$?

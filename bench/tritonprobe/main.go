@@ -113,8 +113,8 @@ func main() {
 	if *printOnly {
 		switch {
 		case *persistent:
-			launches, kernel, xla := chainPrograms(2048, 2048)
-			for _, b := range []*stablehlo.Builder{launches, kernel, xla} {
+			launches, kernel, constant, xla := chainPrograms(2048, 2048)
+			for _, b := range []*stablehlo.Builder{launches, kernel, constant, xla} {
 				fmt.Printf("%s\n", must(b.Build()))
 			}
 		case *prefetch:
