@@ -23,7 +23,8 @@
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
-# persistent (its persistent-kernel probe), dattnab (the peer's AR step under variants of
+# persistent (its persistent-kernel probe), mlp (its probe of the AR step's MLP as one
+# kernel), dattnab (the peer's AR step under variants of
 # its decode attention),
 # aroptions (options triton=preload and splitdown: their checks on the GPU, the AR step
 # with and without them), fp8preload (the FP8 AR step with and without triton=preload),
@@ -628,6 +629,19 @@ persistent() {
   local rc=$?
   echo "tritonprobe: rc=$rc"
   [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-persistent.err"
+}
+
+mlp() {
+  # The AR step's MLP as one kernel (gate/up with the norm, each program's first down
+  # W tiles loaded, a grid barrier, the split down GEMV) against its two kernels, three
+  # tilings, checked against each other (bench/tritonprobe -mlp, ~1-2 min; a grid
+  # whose programs cannot all be resident gives wrong sums after its programs poll the
+  # barrier 4 Mi times). XLA's messages go to tritonprobe-mlp.err.
+  section "the AR step's MLP as one kernel against two (bench/tritonprobe -mlp)"
+  timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" -mlp -iters 50 2>"$OUT/tritonprobe-mlp.err"
+  local rc=$?
+  echo "tritonprobe: rc=$rc"
+  [ "$rc" = 0 ] || tail -c 3000 "$OUT/tritonprobe-mlp.err"
 }
 
 compare() {

@@ -17,9 +17,11 @@
 // over the layers. With -prefetch it asks instead whether a kernel that prefetches a
 // weight into L2 speeds up XLA's GEMM of it after a few small kernels (prefetch.go);
 // with -persistent, what a grid-wide barrier costs a persistent kernel running a chain
-// of products, against a launch per product (persistent.go). It needs the GPU:
+// of products, against a launch per product (persistent.go); with -mlp, whether the AR
+// step's MLP runs faster as one kernel, a grid barrier between gate/up and down, than
+// as its two (mlp.go). It needs the GPU:
 //
-//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch | -persistent]
+//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch | -persistent | -mlp]
 //
 // A failing kernel prints one line on stdout and XLA's whole message on stderr.
 package main
@@ -51,6 +53,7 @@ var (
 	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
 	prefetch   = flag.Bool("prefetch", false, "run the L2 prefetch probe (prefetch.go) instead of the GEMV tiles'")
 	persistent = flag.Bool("persistent", false, "run the persistent-kernel probe (persistent.go) instead of the GEMV tiles'")
+	mlp        = flag.Bool("mlp", false, "run the MLP probe (mlp.go), the AR step's MLP as one kernel against its two, instead of the GEMV tiles'")
 )
 
 // layerShape is one of MiniCPM5-2B's weight matrices, W [n, k], and how many of them
@@ -112,6 +115,12 @@ func main() {
 	}
 	if *printOnly {
 		switch {
+		case *mlp:
+			for _, v := range mlpVariants {
+				for _, b := range must3(mlpPrograms(v, mlpCopies)) {
+					fmt.Printf("%s\n", must(b.Build()))
+				}
+			}
 		case *persistent:
 			launches, kernel, constant, xla := chainPrograms(2048, 2048)
 			for _, b := range []*stablehlo.Builder{launches, kernel, constant, xla} {
@@ -135,6 +144,8 @@ func main() {
 	fmt.Println("plugin:", plugin)
 	ok := probeScale(client)
 	switch {
+	case *mlp:
+		ok = probeMLP(client) && ok
 	case *persistent:
 		ok = probePersistent(client) && ok
 	case *prefetch:
@@ -520,6 +531,15 @@ func perCall(elapsed time.Duration, calls int) time.Duration {
 // median time of 5 executions after a warm-up (each timed up to its output's arrival
 // on the host).
 func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Buffer) (any, time.Duration, error) {
+	outs, elapsed, err := compileAndRunAll(client, b, inputs...)
+	if err != nil {
+		return nil, 0, err
+	}
+	return outs[0], elapsed, nil
+}
+
+// compileAndRunAll is compileAndRun returning every output.
+func compileAndRunAll(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Buffer) ([]any, time.Duration, error) {
 	program, err := b.Build()
 	if err != nil {
 		return nil, 0, fmt.Errorf("building StableHLO: %w", err)
@@ -529,7 +549,7 @@ func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Bu
 		return nil, 0, fmt.Errorf("compiling: %w", err)
 	}
 	defer func() { _ = exec.Destroy() }()
-	var out any
+	var outs []any
 	var times []time.Duration
 	for run := range 6 {
 		start := time.Now()
@@ -537,15 +557,20 @@ func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Bu
 		if err != nil {
 			return nil, 0, fmt.Errorf("executing: %w", err)
 		}
-		out, _, err = results[0].ToFlatDataAndDimensions()
-		destroy(results...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading the output: %w", err)
+		outs = outs[:0]
+		for _, r := range results {
+			out, _, err := r.ToFlatDataAndDimensions()
+			if err != nil {
+				destroy(results...)
+				return nil, 0, fmt.Errorf("reading the output: %w", err)
+			}
+			outs = append(outs, out)
 		}
+		destroy(results...)
 		if run > 0 {
 			times = append(times, time.Since(start))
 		}
 	}
 	slices.Sort(times)
-	return out, times[len(times)/2], nil
+	return outs, times[len(times)/2], nil
 }
