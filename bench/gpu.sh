@@ -601,10 +601,18 @@ triton() {
   # programs to compile (run R took 50 s for the 123 before the tensor-core tiles); XLA's
   # messages, and each failing kernel's whole error, go to tritonprobe.err.
   section "Triton kernels in StableHLO (bench/tritonprobe)"
-  timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" 2>"$OUT/tritonprobe.err"
-  local rc=$?
+  run_tritonprobe tritonprobe.err 240
+}
+
+run_tritonprobe() {
+  # run_tritonprobe ERRFILE TIMEOUT [FLAGS...]: bench/tritonprobe with FLAGS, XLA's
+  # messages into $OUT/ERRFILE, their end shown where it fails.
+  local err=$1 limit=$2 rc
+  shift 2
+  timeout "$limit" .gpu/bin/tritonprobe -plugin "$plugin" "$@" 2>"$OUT/$err"
+  rc=$?
   echo "tritonprobe: rc=$rc"
-  [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe.err"
+  [ "$rc" = 0 ] || tail -c 3000 "$OUT/$err"
 }
 
 prefetch() {
@@ -612,10 +620,7 @@ prefetch() {
   # prefetch) let XLA's 4-row GEMM after 0, 2 or 4 small dots read it from L2? qkv, o
   # and down, 9 programs each (~1 min); XLA's messages go to tritonprobe-prefetch.err.
   section "L2 prefetch before XLA's 4-row GEMMs (bench/tritonprobe -prefetch)"
-  timeout 200 .gpu/bin/tritonprobe -plugin "$plugin" -prefetch -shapes qkv,o,down -iters 50 2>"$OUT/tritonprobe-prefetch.err"
-  local rc=$?
-  echo "tritonprobe: rc=$rc"
-  [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-prefetch.err"
+  run_tritonprobe tritonprobe-prefetch.err 200 -prefetch -shapes qkv,o,down -iters 50
 }
 
 persistent() {
@@ -625,10 +630,7 @@ persistent() {
   # -persistent, ~1 min; a barrier that never opens ends at the timeout). XLA's
   # messages go to tritonprobe-persistent.err.
   section "a persistent kernel's grid barrier against a launch per product (bench/tritonprobe -persistent)"
-  timeout 120 .gpu/bin/tritonprobe -plugin "$plugin" -persistent -iters 50 2>"$OUT/tritonprobe-persistent.err"
-  local rc=$?
-  echo "tritonprobe: rc=$rc"
-  [ "$rc" = 0 ] || tail -c 2000 "$OUT/tritonprobe-persistent.err"
+  run_tritonprobe tritonprobe-persistent.err 120 -persistent -iters 50
 }
 
 mlp() {
@@ -638,10 +640,7 @@ mlp() {
   # whose programs cannot all be resident gives wrong sums after its programs poll the
   # barrier 4 Mi times). XLA's messages go to tritonprobe-mlp.err.
   section "the AR step's MLP as one kernel against two (bench/tritonprobe -mlp)"
-  timeout 240 .gpu/bin/tritonprobe -plugin "$plugin" -mlp -iters 50 2>"$OUT/tritonprobe-mlp.err"
-  local rc=$?
-  echo "tritonprobe: rc=$rc"
-  [ "$rc" = 0 ] || tail -c 3000 "$OUT/tritonprobe-mlp.err"
+  run_tritonprobe tritonprobe-mlp.err 240 -mlp -iters 50
 }
 
 compare() {

@@ -147,7 +147,7 @@ func mlpTTIR(v mlpVariant) (string, error) {
 ` + pdlWait + `    %m_c0 = arith.constant 0 : i32
     %m_c1 = arith.constant 1 : i32
     %m_G = arith.constant $G : i32
-    %m_GM1 = arith.constant $GM1 : i32
+    %m_gm1 = arith.constant $GM1 : i32
     %m_T = arith.constant $T : i32
     %m_limit = arith.constant $LIMIT : i32
     %m_pid = tt.get_program_id x : i32
@@ -156,13 +156,7 @@ func mlpTTIR(v mlpVariant) (string, error) {
       %m_off = arith.muli %m_i, %m_G : i32
       %m_tile = arith.addi %m_pid, %m_off : i32
 ` + first + `    }
-` + second + `    %m_out = tt.atomic_rmw add, acq_rel, gpu, %m_exit, %m_c1 : (!tt.ptr<i32>, i32) -> i32
-    %m_last = arith.cmpi eq, %m_out, %m_GM1 : i32
-    scf.if %m_last {
-      %m_r0 = tt.atomic_rmw exch, acq_rel, gpu, %bar, %m_c0 : (!tt.ptr<i32>, i32) -> i32
-      %m_r1 = tt.atomic_rmw exch, acq_rel, gpu, %m_exit, %m_c0 : (!tt.ptr<i32>, i32) -> i32
-    }
-    tt.return
+` + second + barrierReset("m_") + `    tt.return
   }
 }`), nil
 }
