@@ -635,8 +635,8 @@ persistent() {
 
 mlp() {
   # The AR step's MLP as one kernel (gate/up with the norm, each program's first down
-  # W tiles loaded, a grid barrier, the split down GEMV) against its two kernels, three
-  # tilings, checked against each other (bench/tritonprobe -mlp, ~1-2 min; a grid
+  # W tiles loaded, a grid barrier, the split down GEMV) against its two kernels, four
+  # variants, checked against each other (bench/tritonprobe -mlp, ~1-2 min; a grid
   # whose programs cannot all be resident gives wrong sums after its programs poll the
   # barrier 4 Mi times). XLA's messages go to tritonprobe-mlp.err.
   section "the AR step's MLP as one kernel against two (bench/tritonprobe -mlp)"

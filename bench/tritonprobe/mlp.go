@@ -51,7 +51,11 @@ func (v mlpVariant) String() string {
 	return fmt.Sprintf("down %v in %d parts, %d programs, %d W steps before the barrier", v.down, v.splits, v.programs(), v.peel)
 }
 
+// mlpVariants are the tilings timed: the step's down tile with nothing loaded before the
+// barrier (what the barrier alone costs), then one and two steps loaded, then a tile of
+// half the programs.
 var mlpVariants = []mlpVariant{
+	{triton.Tile{BN: 8, BK: 512, Stages: 3}, 2, 0},
 	{triton.Tile{BN: 8, BK: 512, Stages: 3}, 2, 1},
 	{triton.Tile{BN: 8, BK: 512, Stages: 3}, 2, 2},
 	{triton.Tile{BN: 16, BK: 256, Stages: 3}, 2, 2},
