@@ -78,8 +78,11 @@ func kernelBody(text string) (string, error) {
 	return body, nil
 }
 
-// ssaValue matches an SSA value's name.
-var ssaValue = regexp.MustCompile(`%\w+`)
+// ssaValue matches an SSA value's name; valueDefinition a line that defines one.
+var (
+	ssaValue        = regexp.MustCompile(`%\w+`)
+	valueDefinition = regexp.MustCompile(`(?m)^\s*(%\w+) = `)
+)
 
 // prefixValues renames every SSA value of body with prefix, but the arguments args
 // maps (old name to new).
@@ -222,23 +225,18 @@ func peelBehindBarrier(body string, v mlpVariant) (string, error) {
 	if len(loads) != len(wLoadLines) {
 		return "", fmt.Errorf("the down GEMV's K loop loads its W tile in %d lines, not %d", len(loads), len(wLoadLines))
 	}
+	// The values the loop's body defines: each peeled step has its own, suffixed.
+	defined := map[string]bool{}
+	for _, m := range valueDefinition.FindAllStringSubmatch(loopBody[:yieldAt], -1) {
+		defined[m[1]] = true
+	}
 	var before, after strings.Builder
 	acc := "%b_zero"
 	for j := range v.peel {
 		step := fmt.Sprintf("%%b_k_%d", j)
 		fmt.Fprintf(&before, "    %s_off = arith.constant %d : i32\n    %s = arith.addi %%b_kstart, %s_off : i32\n", step, j*v.down.BK, step, step)
-		// rename gives the step's own names: every value its lines define, suffixed.
 		rename := func(lines []string) string {
-			text := strings.Join(lines, "")
-			defined := map[string]bool{}
-			for _, m := range regexp.MustCompile(`(?m)^\s*(%\w+) = `).FindAllStringSubmatch(text, -1) {
-				defined[m[1]] = true
-			}
-			for _, l := range loads { // the loads' values are the step's too
-				name, _, _ := strings.Cut(strings.TrimSpace(l), " = ")
-				defined[name] = true
-			}
-			return ssaValue.ReplaceAllStringFunc(text, func(s string) string {
+			return ssaValue.ReplaceAllStringFunc(strings.Join(lines, ""), func(s string) string {
 				switch {
 				case s == "%b_k":
 					return step
