@@ -780,9 +780,10 @@ stepsab() {
 }
 
 steps_of() {
-  # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says.
+  # steps_of BENCH: the step rows of the bench binary BENCH, as stepsab says, after
+  # CONTEXT positions (default 512), and its errors.
   GOMLX_BACKEND=$(backend_config "${AB_LABEL:-ours}") timeout 120 "$1" -only steps -steps "${STEPS:-denoise,fused,ar}" -iters 20 \
-    -capacity "${CAPACITY:-528}" 2>&1 | grep 'device loop' | grep -v compiled
+    -context "${CONTEXT:-512}" -capacity "${CAPACITY:-528}" 2>&1 | grep -E 'device loop|rror' | grep -v compiled
 }
 
 decodes() {
@@ -1014,8 +1015,7 @@ contexts() {
       --out "$OUT/peer-$c" >"$OUT/peer-$c.log" 2>&1
     echo "peer: rc=$?"; tail -22 "$OUT/peer-$c.log"
     section "contexts: ours at context $c"
-    GOMLX_BACKEND=$(backend_config ours) timeout 200 .gpu/bin/bench -only steps -steps denoise,fused,ar -iters 20 \
-      -context "$c" -capacity $((c + 16)) 2>&1 | grep -E 'device loop|rror' | grep -v compiled
+    CONTEXT=$c CAPACITY=$((c + 16)) steps_of .gpu/bin/bench
   done
 }
 
