@@ -57,7 +57,7 @@ func TestMLPTTIR(t *testing.T) {
 		}
 		programs := v.programs()
 		require.Contains(t, ir, fmt.Sprintf("%%m_G = arith.constant %d : i32", programs), "%v", v)
-		require.Contains(t, ir, fmt.Sprintf("%%m_T = arith.constant %d : i32", 1536/programs), "%v", v)
+		require.Contains(t, ir, fmt.Sprintf("%%m_T = arith.constant %d : i32", v.gateUp.Programs(2*mlpF)/programs), "%v", v)
 		barrier := strings.Index(ir, "    gpu.barrier\n    %m_arrived")
 		loop := strings.Index(ir, "%b_acc = scf.for %b_k = %b_kpeel to")
 		require.True(t, barrier >= 0 && barrier < loop, "%v: the barrier, then the loop", v)
