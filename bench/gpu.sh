@@ -23,8 +23,7 @@
 # Sections: peer, bench, steps (after peer: the same-run comparison), fixtures, hlo,
 # hlodecoder, hlosteps and hlodecode (backend/hlo), freshinputs (what new input buffers
 # cost an execution), triton (bench/tritonprobe), prefetch (its L2 prefetch probe),
-# persistent (its persistent-kernel probe), mlp (its probe of the AR step's MLP as one
-# kernel), dattnab (the peer's AR step under variants of
+# persistent (its persistent-kernel probe), dattnab (the peer's AR step under variants of
 # its decode attention),
 # aroptions (options triton=preload and splitdown: their checks on the GPU, the AR step
 # with and without them), fp8preload (the FP8 AR step with and without triton=preload),
@@ -631,16 +630,6 @@ persistent() {
   # messages go to tritonprobe-persistent.err.
   section "a persistent kernel's grid barrier against a launch per product (bench/tritonprobe -persistent)"
   run_tritonprobe tritonprobe-persistent.err 120 -persistent -iters 50
-}
-
-mlp() {
-  # The AR step's MLP as one kernel (gate/up with the norm, each program's first down
-  # W tiles loaded, a grid barrier, the split down GEMV) against its two kernels, four
-  # variants, checked against each other (bench/tritonprobe -mlp, ~1-2 min; a grid
-  # whose programs cannot all be resident gives wrong sums after its programs poll the
-  # barrier 4 Mi times). XLA's messages go to tritonprobe-mlp.err.
-  section "the AR step's MLP as one kernel against two (bench/tritonprobe -mlp)"
-  run_tritonprobe tritonprobe-mlp.err 240 -mlp -iters 50
 }
 
 compare() {

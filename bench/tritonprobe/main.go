@@ -17,11 +17,9 @@
 // over the layers. With -prefetch it asks instead whether a kernel that prefetches a
 // weight into L2 speeds up XLA's GEMM of it after a few small kernels (prefetch.go);
 // with -persistent, what a grid-wide barrier costs a persistent kernel running a chain
-// of products, against a launch per product (persistent.go); with -mlp, whether the AR
-// step's MLP runs faster as one kernel, a grid barrier between gate/up and down, than
-// as its two (mlp.go). It needs the GPU:
+// of products, against a launch per product (persistent.go). It needs the GPU:
 //
-//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch | -persistent | -mlp]
+//	tritonprobe -plugin .../jax_plugins/xla_cuda13/xla_cuda_plugin.so [-prefetch | -persistent]
 //
 // A failing kernel prints one line on stdout and XLA's whole message on stderr.
 package main
@@ -53,7 +51,6 @@ var (
 	printOnly  = flag.Bool("print", false, "print the StableHLO programs and exit (needs no GPU)")
 	prefetch   = flag.Bool("prefetch", false, "run the L2 prefetch probe (prefetch.go) instead of the GEMV tiles'")
 	persistent = flag.Bool("persistent", false, "run the persistent-kernel probe (persistent.go) instead of the GEMV tiles'")
-	mlp        = flag.Bool("mlp", false, "run the MLP probe (mlp.go), the AR step's MLP as one kernel against its two, instead of the GEMV tiles'")
 )
 
 // layerShape is one of MiniCPM5-2B's weight matrices, W [n, k], and how many of them
@@ -115,12 +112,6 @@ func main() {
 	}
 	if *printOnly {
 		switch {
-		case *mlp:
-			for _, v := range mlpVariants {
-				for _, b := range must3(mlpPrograms(v, mlpCopies)) {
-					fmt.Printf("%s\n", must(b.Build()))
-				}
-			}
 		case *persistent:
 			launches, kernel, constant, xla := chainPrograms(2048, 2048)
 			for _, b := range []*stablehlo.Builder{launches, kernel, constant, xla} {
@@ -144,8 +135,6 @@ func main() {
 	fmt.Println("plugin:", plugin)
 	ok := probeScale(client)
 	switch {
-	case *mlp:
-		ok = probeMLP(client) && ok
 	case *persistent:
 		ok = probePersistent(client) && ok
 	case *prefetch:
@@ -531,15 +520,6 @@ func perCall(elapsed time.Duration, calls int) time.Duration {
 // median time of 5 executions after a warm-up (each timed up to its output's arrival
 // on the host).
 func compileAndRun(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Buffer) (any, time.Duration, error) {
-	outs, elapsed, err := compileAndRunAll(client, b, inputs...)
-	if err != nil {
-		return nil, 0, err
-	}
-	return outs[0], elapsed, nil
-}
-
-// compileAndRunAll is compileAndRun returning every output.
-func compileAndRunAll(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt.Buffer) ([]any, time.Duration, error) {
 	program, err := b.Build()
 	if err != nil {
 		return nil, 0, fmt.Errorf("building StableHLO: %w", err)
@@ -549,7 +529,7 @@ func compileAndRunAll(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt
 		return nil, 0, fmt.Errorf("compiling: %w", err)
 	}
 	defer func() { _ = exec.Destroy() }()
-	var outs []any
+	var out any
 	var times []time.Duration
 	for run := range 6 {
 		start := time.Now()
@@ -557,20 +537,15 @@ func compileAndRunAll(client *pjrt.Client, b *stablehlo.Builder, inputs ...*pjrt
 		if err != nil {
 			return nil, 0, fmt.Errorf("executing: %w", err)
 		}
-		outs = outs[:0]
-		for _, r := range results {
-			out, _, err := r.ToFlatDataAndDimensions()
-			if err != nil {
-				destroy(results...)
-				return nil, 0, fmt.Errorf("reading the output: %w", err)
-			}
-			outs = append(outs, out)
-		}
+		out, _, err = results[0].ToFlatDataAndDimensions()
 		destroy(results...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading the output: %w", err)
+		}
 		if run > 0 {
 			times = append(times, time.Since(start))
 		}
 	}
 	slices.Sort(times)
-	return outs, times[len(times)/2], nil
+	return out, times[len(times)/2], nil
 }

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -36,41 +34,4 @@ func TestChainTTIR(t *testing.T) {
 		require.Contains(t, ir, want)
 	}
 	require.Equal(t, 1, strings.Count(ir, "tt.return"))
-}
-
-// The MLP kernel's TTIR: every mark replaced, one PDL mark of each kind, gate/up's
-// tiles shared out over the down GEMV's programs, each program's first W tiles of the
-// down projection loaded before the barrier and their steps computed after it, the
-// loop running from the step after them; and no value defined twice.
-func TestMLPTTIR(t *testing.T) {
-	for _, v := range mlpVariants {
-		ir, err := mlpTTIR(v)
-		require.NoError(t, err, "%v", v)
-		require.NotRegexp(t, `\$[A-Z]`, ir, "%v", v)
-		require.Equal(t, 1, strings.Count(ir, pdlWait), "%v", v)
-		require.Equal(t, 1, strings.Count(ir, pdlLaunch), "%v", v)
-		require.Equal(t, 1, strings.Count(ir, "tt.return"), "%v", v)
-		defined := map[string]bool{}
-		for _, m := range regexp.MustCompile(`(?m)^\s*(%\w+)(?::\d+)? = `).FindAllStringSubmatch(ir, -1) {
-			require.False(t, defined[m[1]], "%v: %s defined twice", v, m[1])
-			defined[m[1]] = true
-		}
-		programs := v.programs()
-		require.Contains(t, ir, fmt.Sprintf("%%m_G = arith.constant %d : i32", programs), "%v", v)
-		require.Contains(t, ir, fmt.Sprintf("%%m_T = arith.constant %d : i32", v.gateUp.Programs(2*mlpF)/programs), "%v", v)
-		barrier := strings.Index(ir, "    gpu.barrier\n    %m_arrived")
-		loop := strings.Index(ir, "%b_acc = scf.for %b_k = %b_kpeel to")
-		require.True(t, barrier >= 0 && barrier < loop, "%v: the barrier, then the loop", v)
-		require.Contains(t, ir, fmt.Sprintf("%%b_kpeel_off = arith.constant %d : i32", v.peel*v.down.BK), "%v", v)
-		if v.peel == 0 {
-			require.Contains(t, ir, "iter_args(%b_a = %b_zero)", "%v", v)
-			continue
-		}
-		lastLoad := strings.Index(ir, fmt.Sprintf("%%b_wv_%d = tt.load", v.peel-1))
-		firstStep := strings.Index(ir, "%b_wf_0 = arith.extf %b_wv_0")
-		require.True(t, lastLoad >= 0 && lastLoad < barrier && barrier < firstStep && firstStep < loop, "%v: loads, barrier, steps", v)
-		require.Contains(t, ir, fmt.Sprintf("iter_args(%%b_a = %%b_a1_%d)", v.peel-1), "%v", v)
-	}
-	_, _, _, err := mlpPrograms(mlpVariants[0], 2)
-	require.NoError(t, err)
 }

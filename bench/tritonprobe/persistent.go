@@ -50,9 +50,10 @@ func chainTTIR(n, k int, t triton.Tile) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	body, err := kernelBody(gemv)
-	if err != nil {
-		return "", fmt.Errorf("GEMVTTIR's kernel: %w", err)
+	_, body, ok := strings.Cut(gemv, "attributes {noinline = false} {\n")
+	body, _, ok2 := strings.Cut(body, "    tt.return\n")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("GEMVTTIR's kernel is not one function of one return")
 	}
 	for _, arg := range []string{"%x", "%w", "%y"} {
 		if strings.Count(body, arg+" ") != 1 {
@@ -102,23 +103,15 @@ $BODY
       }
       gpu.barrier
     }
-` + barrierReset("chain_") + `    tt.return
+    %chain_out = tt.atomic_rmw add, acq_rel, gpu, %chain_exit, %chain_c1 : (!tt.ptr<i32>, i32) -> i32
+    %chain_last = arith.cmpi eq, %chain_out, %chain_gm1 : i32
+    scf.if %chain_last {
+      %r0 = tt.atomic_rmw exch, acq_rel, gpu, %bar, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+      %r1 = tt.atomic_rmw exch, acq_rel, gpu, %chain_exit, %chain_c0 : (!tt.ptr<i32>, i32) -> i32
+    }
+    tt.return
   }
 }`), nil
-}
-
-// barrierReset ends a kernel whose programs meet at a grid barrier on the counters at
-// %bar: each program counts itself out on the exit counter %<p>exit, and the last
-// (%<p>gm1 programs out before it) sets both back to zero for the next launch. p
-// prefixes the kernel's constants 0 and 1 (%<p>c0, %<p>c1) and the values it defines.
-func barrierReset(p string) string {
-	return strings.ReplaceAll(`    %Pout = tt.atomic_rmw add, acq_rel, gpu, %Pexit, %Pc1 : (!tt.ptr<i32>, i32) -> i32
-    %Plast = arith.cmpi eq, %Pout, %Pgm1 : i32
-    scf.if %Plast {
-      %Pr0 = tt.atomic_rmw exch, acq_rel, gpu, %bar, %Pc0 : (!tt.ptr<i32>, i32) -> i32
-      %Pr1 = tt.atomic_rmw exch, acq_rel, gpu, %Pexit, %Pc0 : (!tt.ptr<i32>, i32) -> i32
-    }
-`, "%P", "%"+p)
 }
 
 // chainPrograms are the chain's timed loops on x [4, k]: "launches", one kernel of
