@@ -153,8 +153,8 @@ func chainPrograms(n, k int) (launches, persistent, constant, xla *stablehlo.Bui
 	return launches, persistent, constant, xla
 }
 
-// probePersistent times the chain three ways at MiniCPM5-2B's o shape, checks the
-// persistent kernel's output against the launches', and prints µs per product.
+// probePersistent times the chain four ways at MiniCPM5-2B's o shape, checks the
+// persistent kernel's outputs against the launches', and prints µs per product.
 func probePersistent(client *pjrt.Client) bool {
 	const n, k = 2048, 2048
 	launches, persistent, constant, xla := chainPrograms(n, k)
@@ -181,29 +181,26 @@ func probePersistent(client *pjrt.Client) bool {
 	} else {
 		fmt.Printf("  XLA's dot per product: %.2f us\n", us(perCall(elapsed, chainLength)))
 	}
-	out, elapsed, err := compileAndRun(client, persistent, stacked...)
-	if err != nil {
-		failed("the persistent chain", err)
-		return false
-	}
-	e := relErr(out.([]bfloat16.BFloat16), ref.([]bfloat16.BFloat16))
-	fmt.Printf("  one persistent kernel, a grid barrier per product: %.2f us (max |persistent - launches| / max |launches| = %.1e)\n",
-		us(perCall(elapsed, chainLength)), e)
-	if !(e <= maxErr) {
-		fmt.Println("  persistent chain: WRONG")
-		return false
-	}
-	out, elapsed, err = compileAndRun(client, constant, stacked[:2]...)
-	if err != nil {
-		failed("the persistent chain, its counters a constant", err)
-		return false
-	}
-	e = relErr(out.([]bfloat16.BFloat16), ref.([]bfloat16.BFloat16))
-	fmt.Printf("  the same, its counters a constant of the program: %.2f us (max |persistent - launches| / max |launches| = %.1e)\n",
-		us(perCall(elapsed, chainLength)), e)
-	if !(e <= maxErr) {
-		fmt.Println("  persistent chain with constant counters: WRONG")
-		return false
+	// The persistent kernel with its counters an input, then a constant (no input).
+	for _, c := range []struct {
+		name, label string
+		program     *stablehlo.Builder
+		inputs      []*pjrt.Buffer
+	}{
+		{"the persistent chain", "one persistent kernel, a grid barrier per product", persistent, stacked},
+		{"the persistent chain, its counters a constant", "the same, its counters a constant of the program", constant, stacked[:2]},
+	} {
+		out, elapsed, err := compileAndRun(client, c.program, c.inputs...)
+		if err != nil {
+			failed(c.name, err)
+			return false
+		}
+		e := relErr(out.([]bfloat16.BFloat16), ref.([]bfloat16.BFloat16))
+		fmt.Printf("  %s: %.2f us (max |persistent - launches| / max |launches| = %.1e)\n", c.label, us(perCall(elapsed, chainLength)), e)
+		if !(e <= maxErr) {
+			fmt.Printf("  %s: WRONG\n", c.name)
+			return false
+		}
 	}
 	return true
 }
