@@ -382,7 +382,7 @@ GEMV_CANDIDATES = {
 # Persistent 1-row candidates (gemv_persistent_kernel), timed after the others with
 # --gemv-persistent only: timed alone, the gate/up one was as fast as the table's
 # config and --gemv-tune picked it, but it made the AR batch-1 step 3 % slower in its
-# graph (BENCHMARKS.md, runs GG and GH). Chosen for 132 SMs: tiles per program nearly even
+# graph. Chosen for 132 SMs: tiles per program nearly even
 # (e.g. gate/up n8: 1536 tiles on 264 programs, 5.8 each), >= ~32 KB of W loads
 # in flight per SM ((stages - 1) x W tile x programs per SM), and shared memory
 # (stages x (W tile + x tile)) x programs per SM well under 228 KB.
@@ -609,7 +609,7 @@ def int_list(text: str) -> list:
 # decode attention (34 CTAs at batch 1: the memory system is nearly idle for ~7 us)
 # without delaying them, and the o and gate/up GEMVs find part of their weights in
 # L2. (Prefetching from the attention kernel itself lengthened it by more than the
-# GEMVs gained: run O, branch peer-l2-prefetch.)
+# GEMVs gained.)
 SIDE_PREFETCH_MIB = {"side-l2o": 0, "side-l2": 16}
 # The AR batch-1 variants of the main fast-decode path: reported, never a fallback.
 FAST_VARIANTS = ("pdl-late", *SIDE_PREFETCH_MIB)
@@ -626,10 +626,10 @@ def pdl_mode(pdl: bool, early: bool) -> int:
     are constants) before their gdc_wait. Every kernel still waits for the previous
     one's completion before reading activations; the trigger only decides when its
     CTAs are placed. On the H200 the AR batch-1 step took 1.749 ms with mode 2
-    against 1.843 ms with mode 1 (BENCHMARKS.md, run Q; the row tuning 'pdl-late'
-    times mode 1 beside it), but mode 2 made the multi-row steps 18-23 % slower
-    (AR batch 8 4.761 against 3.862 ms, the 4-row Triton block step 5.029 against
-    4.215 ms: run P), so they keep mode 1."""
+    against 1.843 ms with mode 1 (the row tuning 'pdl-late' times mode 1 beside
+    it), but mode 2 made the multi-row steps 18-23 % slower (AR batch 8 4.761
+    against 3.862 ms, the 4-row Triton block step 5.029 against 4.215 ms), so they
+    keep mode 1."""
     return (2 if early else 1) if pdl else 0
 
 
@@ -685,7 +685,7 @@ def parse_args(argv=None):
                    help="under PDL, each split CTA loads the position, the RoPE tables and "
                         "its first step's cached keys and values before it waits for the "
                         "qkv GEMV (none of them is written in the step before it): the AR "
-                        "batch-1 step 3 %% faster on the H200 (BENCHMARKS.md, runs GE, GG)")
+                        "batch-1 step 3 %% faster on the H200")
     p.add_argument("--only", type=lambda t: [x for x in t.split(",") if x], default=[],
                    help="run only the planned steps named KIND or KIND/TUNING (e.g. ar/main); "
                         "all by default")
@@ -708,7 +708,7 @@ def parse_args(argv=None):
                         "have passed; 0 = no limit")
     p.add_argument("--no-profile", action="store_true",
                    help="skip the torch profiler's kernel breakdowns (it takes CUPTI over, "
-                        "so they cannot run under bench/cupti's tracer)")
+                        "so they cannot run under a CUPTI tracer)")
     p.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
