@@ -29,10 +29,8 @@ const GoConfig = "go:num_executors=1"
 var cudaPluginRelPath = filepath.Join("jax_plugins", "xla_cuda13", "xla_cuda_plugin.so")
 
 // cudaBackend is the backend an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin runs on:
-// our own StableHLO backend (package backend/hlo), which took the time of go-xla's on
-// every step, prefill and decoding figure of the H200 or less, ran autoregressive
-// decoding at batch 1 7 % faster with its Triton GEMVs, and passes the decoder's and
-// FP8's fixture tests (BENCHMARKS.md, runs T, Y, Z and AA-AE).
+// our own StableHLO backend (package backend/hlo), as fast as go-xla's or faster on every
+// step, prefill and decoding figure measured, and passing the fixture tests.
 const cudaBackend = ourBackend + ":"
 
 // ourBackend is the name our StableHLO backend registers under: hlo.BackendName, which
@@ -46,26 +44,8 @@ const ourBackend = "bdxla"
 const InPlaceMarker = "~output="
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
-// preallocating device memory made large outputs 2-3x faster to allocate on the H200;
-// triton=gemv runs the 1-row products our Triton GEMV measured faster; triton=attention
-// runs the attention of windows over the cache as our Triton kernels where they
-// measured faster (batch 1: the AR step 8-9 % faster, the fused step 4-8 %; batches of
-// 32 and more; BENCHMARKS.md runs BV-CD); triton=fold folds the norms, SwiGLU and the
-// residual adds of one-row products into those GEMVs (the AR step at batch 1 5 %
-// faster, runs CJ-CL); triton=pdl launches our kernels under programmatic dependent
-// launch where the device has it (Hopper: the AR step 3-4 % faster, runs CT and CU);
-// triton=rope has our attention kernel rotate one-token windows' queries itself (the
-// AR step 1.8 % faster, run CY); triton=norm runs the RMSNorms of several rows, with
-// the residual add before them, as our kernel (the 4- and 8-token steps 1-2 % faster,
-// prefill 1-3 %, run DA); triton=place has our attention kernel place one-token
-// windows' keys and values and write them into the cache itself (the AR step 3 %
-// faster, run DE), and a denoise step's window's, which writes nothing (the 4-token
-// step 6-7 % faster, run DL); triton=preload has the AR step's o GEMV load its weight
-// while the attention before it runs (1.6-2.1 % faster, runs GY-GZ; 0.7 % on a 4-row
-// tile, runs GO, GS, GV and GW);
-// splitdown=2 splits the AR step's down GEMV over twice the programs, its two partial
-// sums added in a fixed order by the GEMVs that read them (1 % faster, runs GT-GW;
-// both together 1.6-1.8 %, run GW).
+// device memory preallocated, and every Triton kernel of ours that measured faster on
+// the H200 (hlo.New says what each option does; PERFORMANCE.md lists their gains).
 const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
@@ -203,20 +183,10 @@ func RunsLoopsOnDevice(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
 
-// MinWindow is the fewest positions a decoding forward of batch rows should run on b.
-// On the H200, XLA's dots made one-token windows faster padded to 4 positions at batch
-// 1 and 8 and slower at batch 64 (BENCHMARKS.md: an AR step padded took 2.65 ms and
-// unpadded 3.34 ms, run D; AR decoding at batch 8 ran at 2227 tokens/s padded and 1415
-// unpadded, at batch 64 at 9632 padded and 11169 unpadded, run Z), so on XLA's GPU
-// backends one-token windows pad to 4 positions below 64 rows (between 8 and 64 not
-// measured). A batch of 1 on a backend with a method FastSingleRowProducts() bool that
-// returns true is not padded (our StableHLO backend with option triton, whose 1-row
-// GEMVs made the 1-row AR step faster), nor any batch where the backend places windows
-// (PlacesWindows): there a one-token window takes its own slot, its key and value read
-// where they were computed, where 4 positions go into their slots by scatters (runs FX
-// and FY, AR decoding of 256 tokens unpadded against padded: 535 against 666 ms at
-// batch 2, 554 against 696 at 4, 585 against 761 at 8, 719 against 1054 at 32). The Go
-// backend computes every row it is given, so it pads nothing.
+// MinWindow is the fewest positions a decoding forward of batch rows should run on b:
+// 4 below 64 rows on XLA's GPU backends, whose dots run one-token windows faster padded;
+// else 1: at batch 1 where b's FastSingleRowProducts() bool is true (1-row GEMVs), where
+// b places windows ([PlacesWindows]), and on the Go backend, which computes every row.
 func MinWindow(b compute.Backend, batch int) int {
 	if !RunsLoopsOnDevice(b) || batch >= minUnpaddedBatch || PlacesWindows(b) {
 		return 1
@@ -243,8 +213,8 @@ func AsksForFusedAttention(b compute.Backend) bool {
 // FusesElementwise reports whether b fuses chains of elementwise operations into
 // kernels, so that selecting a few rows into a copy of a tensor costs one pass over
 // it: yes on XLA's backend and ours ("bdxla"); no on the Go backend, which
-// materialises every operation's result (BENCHMARKS.md, CPU: one-token steps placing
-// their key into a copy of the cache took 74 ms there against 26 ms concatenating).
+// materialises every operation's result (placing a key into a copy of the cache made
+// its one-token steps ~3x slower than concatenating).
 func FusesElementwise(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
@@ -263,8 +233,7 @@ func AttentionLogSumExp(b compute.Backend) bool {
 // method FusedAttentionOverCache() bool that says so (our StableHLO backend with option
 // triton=attention, whose Triton kernels are made for short windows over many keys); no
 // elsewhere: go-xla's cuDNN lowering takes no more keys than queries, cuDNN's attention
-// over the cache on ours was slower than the plain path (BENCHMARKS.md, run Y), and the
-// Go backend's fused op is slower than its plain path.
+// over the cache on ours was slower than the plain path, and so is the Go backend's.
 func FusedAttentionOverCache(b compute.Backend) bool {
 	f, ok := b.(interface{ FusedAttentionOverCache() bool })
 	return ok && f.FusedAttentionOverCache()
@@ -276,8 +245,7 @@ func FusedAttentionOverCache(b compute.Backend) bool {
 // concatenated: yes where b has a method PlacesWindows() bool that says so (our
 // StableHLO backend with options triton=attention, triton=rope and triton=place, whose
 // attention kernel takes the keys and values from where they were computed, so that the
-// copy is never made); no elsewhere, where the copy would be made (2-3 % slower on the
-// H200, BENCHMARKS.md, run BI).
+// copy is never made); no elsewhere, where making the copy would be slower.
 func PlacesWindows(b compute.Backend) bool {
 	p, ok := b.(interface{ PlacesWindows() bool })
 	return ok && p.PlacesWindows()

@@ -82,8 +82,7 @@ type Config struct {
 	// many tokens as the other modes: every BlocksPerReadback × BlockSize tokens. A
 	// cancelled context is seen at the next read, so fewer blocks answer it sooner: on
 	// an H200, 64 blocks take 0.14–0.42 s at batch 1 and 0.45–1.35 s at batch 64,
-	// depending on how many masks each step reveals. 64 rather than 16 made decoding
-	// at batch 1 2–10 % faster, at batch 8 up to 4.5 % (BENCHMARKS.md, run HG).
+	// depending on how many masks each step reveals (64 decoded faster than 16).
 	BlocksPerReadback int
 	// Trace records every denoise step (positions and tokens revealed) in the result.
 	Trace bool

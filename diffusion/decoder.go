@@ -141,9 +141,8 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	// Room for the prompt, the new tokens, and the window (padded) of the last block
 	// and the anchor guess block past it: a window lies within the cache (see
 	// model.Window). Rounded up so that similar requests share compiled programs, to a
-	// multiple of 128 slots, which XLA's attention products do not pad: against 256, 512
-	// + 256 tokens take 896 slots rather than 1024, and batch-64 decoding on an H200 got
-	// 2.5-3.6 % faster, batch 1 the same (runs BT-BU in BENCHMARKS.md).
+	// multiple of 128 slots, which XLA's attention products do not pad (finer than 256,
+	// and faster at batch 64).
 	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+B+l.windowFor(b), 128)
 	prefillWidth := roundUp(max(bucket(maxPrompt/B*B), B), B)
 	// Iterations per chunk program: a block takes at most B+1 forwards.
@@ -414,7 +413,7 @@ func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error)
 // when inWhile. Its inputs are the state and the previous chunk's read-back outputs
 // (see chunkReadShapes), its outputs the same, each written in place of its input:
 // chunk after chunk, every buffer keeps its address, and XLA need not update the loop's
-// CUDA graphs for new ones (BENCHMARKS.md). The read-back inputs' values are unused.
+// CUDA graphs for new ones. The read-back inputs' values are unused.
 func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.Program, error) {
 	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
 	state := stateShapes(d.m, b, d.loop.block, capacity)

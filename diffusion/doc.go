@@ -2,7 +2,7 @@
 // starts as [anchor, MASK, …], and denoise steps reveal the masked positions whose
 // confidence passes a threshold, in parallel, until the block is clean.
 //
-// The decoder implements ../shared/spec/decoding.md exactly in three modes: [Reference]
+// The decoder implements docs/decoding.md (the decoding contract) exactly in three modes: [Reference]
 // (one forward per denoise step and one per commit), [Fused] (the default: a block's
 // commit shares its forward with the next block's first step, remasking when the
 // anchor guess was wrong) and [Autoregressive] (block size 1, the speed baseline).

@@ -162,11 +162,8 @@ func overCacheMasks(m masks) *fusedMasks {
 }
 
 // byPartsMinWindow is the shortest window whose block-causal attention runs as causal
-// attention and the keys later in each block ([mergeLaterKeys]). cuDNN takes the
-// block-causal mask only as a bias and then computes every tile, while its causal mask
-// skips those past the diagonal: 2048 queries take 99 against 49 µs per layer, 512
-// queries 16 against 10.5 µs (BENCHMARKS.md, runs AU and AW). With the merge, the
-// 2048-token prefill is 7 % faster and the 512-token one no faster (runs AX and AY).
+// attention plus the keys later in each block ([mergeLaterKeys]): cuDNN takes the
+// block-causal mask only as a bias and then computes every tile, twice the work at 2048.
 const byPartsMinWindow = 1024
 
 // fusedMaskedBias is the additive bias of hidden keys on the fused path: finite (no
@@ -311,7 +308,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 				if orders(qkv.Graph()) {
 					// The removal writes the cache in place: unless it comes after the
 					// fused op's read, XLA copies the cache twice a layer to keep the
-					// keys that op reads (2 × 2.6 µs a layer at batch 8, run CE).
+					// keys that op reads.
 					ordered := OptimizationBarriers(out, keys, values)
 					out, keys, values = ordered[0], ordered[1], ordered[2]
 				}
@@ -366,30 +363,16 @@ func orders(g *Graph) bool {
 }
 
 // inSlots reports whether a window of w positions over the cache of b rows that writes
-// it (WriteLen set) puts all its keys and values into their slots [Start, Start+w) and
-// attends over the cache alone, on backends that fuse elementwise work, rather than
-// over cache and window apart or concatenated. One-token windows of [inOwnSlot] take
-// their select instead.
-//
-// At batch 1 (windows of more than one position) one dynamic update writes them, in
-// place: no copy of the cache, no concatenation and no scatter. Batch-1 block decoding
-// got 10-12 % faster on an H200, the fused step 4-5 % (runs BI-BK in BENCHMARKS.md).
-// Its slots past Start+WriteLen then hold keys and values of positions it did not
-// commit; they lie past the committed length, where a window attends only to its own
-// slots, written before they are read (see [Cache]). A window that writes nothing
-// keeps the concatenation: in place it was 2-3 % slower (run BJ), as a copy too (run
-// BI); except where the backend's attention takes the keys and values from where they
-// were computed, so that the copy is never made (backend.PlacesWindows, placesWindows
-// set): there it attends over a copy of the cache with them in their slots.
-//
-// At larger batches (any window; rows have their own starts) a scatter adds them into
-// their slots, zero by the cache's invariant, and a second one subtracts the
-// uncommitted ones again after the attention: k + (-k) is exactly 0, so the invariant
-// holds. Against attending over cache and window apart (two products) and a scatter
-// that writes the committed ones, on an H200 (runs BL and BO in BENCHMARKS.md): block
-// decoding 7-10 % faster at batch 8 and 13-14 % at batch 64, AR decoding 5-6 % at batch
-// 8 and 41 % at batch 64 (one-token windows too: those kept on two products left batch
-// 64 where it was).
+// it (WriteLen set) puts its keys and values into their slots [Start, Start+w) and
+// attends over the cache alone, on backends that fuse elementwise work, rather than over
+// cache and window apart or concatenated (one-token windows of [inOwnSlot] take their
+// select instead). At batch 1 (w > 1) one dynamic update writes them in place; the slots
+// past Start+WriteLen then hold uncommitted keys past the committed length, which a window
+// reads only after writing them (see [Cache]). A window that writes nothing keeps the
+// concatenation, except where the backend's attention reads its keys where they were
+// computed (backend.PlacesWindows). At larger batches a scatter adds them into their
+// slots, zero by the cache's invariant, and a second subtracts the uncommitted ones after
+// the attention: k + (-k) is exactly 0, so the invariant holds.
 func inSlots(b, w int) bool { return b > 1 || w > 1 }
 
 // writeSlots returns the cache [1, kvHeads, s, d] with the window's keys (or values) x
@@ -402,24 +385,12 @@ func writeSlots(cache, x, start *Node) *Node {
 // inOwnSlot reports whether a window of w positions over the cache [b, kvHeads, s, d]
 // attends over a copy of it that holds the window's key and value in their own slot,
 // Start (see [placeToken]), rather than over the cache and the window concatenated:
-// for one-token windows where the cache is small enough to copy (see
-// [concatenates]). That needs no concatenation, no scatter to write the cache, and
-// no pads where s is a multiple of XLA's tiles: one kernel where the concatenated
-// path runs five. Run AP in BENCHMARKS.md measured it on an H200: the AR step 4-13 %
-// faster; for windows of 4 and 8 positions (a select per position) it lost 1-9 %.
-// It takes a backend that fuses the select (backend.FusesElementwise): the Go backend
-// materialises the copy's broadcast operands, and the step got 2.8x slower there.
-// The window's slot must then lie in the cache, past CacheLen (see [Window]).
-//
-// Where the backend places windows itself (placesWindows: its attention reads the key
-// and value from where they were computed, and no copy is made) the cache's size does
-// not matter. Run FK measured that on an H200 at batch 1 against two products over
-// cache and window apart: the AR step 13 % faster with MiniCPM-2B's shape (36
-// key/value heads of 64, 528 slots), 37 % with MiniCPM5-2B's over 4608 slots; run FR at
-// batch 64 (where the windows went into their slots by scatters, see [inSlots]): AR
-// decoding 842 ms against 902. Below 64 rows one-token windows were padded to 4
-// positions then (backend.MinWindow); unpadded, runs FX and FY: 20-32 % less time at
-// batch 2 to 32.
+// for one-token windows where the cache is small enough to copy (see [concatenates]).
+// That needs no concatenation, no scatter and no pads: one kernel where the concatenated
+// path runs five (for windows of 4 and 8, a select per position, it was slower). It takes
+// a backend that fuses the select (backend.FusesElementwise), and the window's slot must
+// lie in the cache, past CacheLen (see [Window]). Where the backend places windows itself
+// (placesWindows: no copy is made) the cache's size does not matter.
 func inOwnSlot(cache shapes.Shape, w int, placesWindows bool) bool {
 	return w == 1 && (concatenates(cache, w) || placesWindows)
 }
@@ -442,15 +413,11 @@ func placeToken(cache, x, start, n *Node) *Node {
 
 // concatMaxBytes bounds the keys and values that a window reading the cache copies to
 // attend over cache and window concatenated (see [concatenates]). Concatenating saves a
-// score and a value product and the scores' concatenation, about 2 µs per layer (run E
-// in BENCHMARKS.md: batch-1 steps 4-5 % faster on an H200 with 512 cache slots), but
-// copies the layer's cache every step. 4 MiB, read and written in about 2 µs at the
-// H200's bandwidth, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2
-// key/value heads of 128 in bfloat16: 2.1 MB); beyond it two products. The bound is
-// that estimate, not a measurement. On backends that fuse elementwise work, windows
-// that write take neither: under the bound a one-token window takes its own slot (see
-// [inOwnSlot]; past it too, where the backend places windows), otherwise
-// they go into their slots (see [inSlots]).
+// score and a value product and the scores' concatenation, about 2 µs per layer on an
+// H200, but copies the layer's cache every step: 4 MiB, read and written in about 2 µs
+// there, admits batch 1 with a 2048-slot cache of the MiniCPM5-2B shape (2.1 MB); the
+// bound is that estimate, not a measurement. On backends that fuse elementwise work,
+// windows that write take neither: see [inOwnSlot] and [inSlots].
 const concatMaxBytes = 4 << 20
 
 // concatenates reports whether a window of w positions attends over its layer's cache
@@ -513,7 +480,7 @@ func fusedAttention(q, k, v *Node, layout compute.AttentionAxesLayout, f *fusedM
 // them: laterKeys[t-1] [b, w] says whether the key t positions after a query is in its
 // block. q is [b, w, heads, d], k and v [b, w, kvHeads, d]. cuDNN's causal attention
 // skips the tiles past the diagonal; with the block-causal mask, a bias there, it
-// computes every tile (BENCHMARKS.md, runs AU and AW).
+// computes every tile.
 func mergeLaterKeys(causal, lse, q, k, v *Node, laterKeys []*Node, scale float64) *Node {
 	dims := q.Shape().Dimensions
 	b, w, heads, d := dims[0], dims[1], dims[2], dims[3]

@@ -55,7 +55,7 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	}
 	// The residual stream accumulates in float32 whatever the compute dtype: it is
 	// small, and keeping it out of bfloat16 about halves the bf16 logits' error on the
-	// fixtures (BENCHMARKS.md).
+	// fixtures.
 	compute := x.DType()
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])

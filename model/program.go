@@ -106,8 +106,7 @@ type ProgramOption func(*Program)
 // output into it (backend.InPlaceMarker; others may reuse donated memory as they see
 // fit). A loop that feeds a program's outputs back as its inputs then keeps its buffers
 // from one execution to the next, so that XLA need not update its CUDA graphs for new
-// addresses each time (about 4 ms per execution of the decoder's loop on the H200,
-// BENCHMARKS.md).
+// addresses each time (about 4 ms per execution of the decoder's loop on the H200).
 func InPlace(input, output int) ProgramOption {
 	return func(p *Program) { p.inPlace[input] = output }
 }

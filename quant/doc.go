@@ -111,9 +111,6 @@
 // values, and a W8A8 layer's input's bytes too: XLA's FP8 × FP8 GEMM, whose sums keep
 // fewer bits than float32's (within 3e-4 of the exact product, far under the input's
 // own rounding to E4M3). The bit decoder's products decode the weight in XLA first,
-// which costs more than a bfloat16 weight would. At batch 1 on the H200 (BENCHMARKS.md,
-// "FP8 on ours") the AR step with FP8 weights takes 0.83× bf16's time and the 4- and
-// 8-token steps 0.81× and 0.82× (W8A8: 0.86×); fused decoding at batch 8 takes 1.08×
-// bf16's time and at batch 64 1.18× (W8A8: 0.98× and 0.94×): weight-only FP8 saves
-// memory there, and time at batch 1.
+// which costs more than a bfloat16 weight would. On the H200 weight-only FP8 saves
+// memory, and time at batch 1 (PERFORMANCE.md, "FP8").
 package quant

@@ -23,7 +23,7 @@ import (
 // JSON). Unlike go-xla's backend, it takes more keys than queries and grouped key/value
 // heads without copying them. The model asks for it only for windows without a cache:
 // for the decoding steps' short windows over a cache it was slower than plain
-// attention on the H200 (BENCHMARKS.md, run Y: a 4-token step 4.21 against 2.43 ms).
+// attention on the H200.
 
 // cuDNN's forward attention targets, without and with an additive bias.
 const (
@@ -123,7 +123,7 @@ func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Valu
 	}
 	if f.builder.backend.tritonAttention && shape.s > shape.t {
 		// A window over more keys that the kernel does not take: the plain path, not
-		// cuDNN's, which was slower there (BENCHMARKS.md, run Y).
+		// cuDNN's, which was slower there.
 		return nil, nil, fmt.Errorf("hlo: %s: %d queries over %d keys outside our Triton kernel's shapes: %w",
 			op, shape.t, shape.s, compute.ErrNotImplemented)
 	}
@@ -313,7 +313,7 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 // cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
 // key/value head), at every batch size: with the cache's in-place writes ordered
 // after the kernel's read (model's attention), the kernels measured faster than the
-// plain path at batches 1, 8, 16, 32 and 64 on the H200 (BENCHMARKS.md, runs CF-CG).
+// plain path at batches 1 to 64 on the H200.
 func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxesLayout, vs []*stablehlo.Value,
 	causal bool, scale float64) (triton.Attention, bool) {
 	if !f.builder.backend.tritonAttention || len(vs) != 4 || layout != compute.AttentionAxesLayoutBHSD || causal ||

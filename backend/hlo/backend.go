@@ -80,85 +80,31 @@ type programOptions struct {
 var _ compute.Backend = (*Backend)(nil)
 
 // New loads the PJRT plugin that config names (a path, or a name pjrt resolves), with
-// options after commas:
+// options after commas. Our Triton kernels replace XLA's ops only where each measured
+// faster on the H200, and decline the shapes they do not take:
 //   - "preallocate=<bool>", the client's;
-//   - "notf32", which makes float32 dot products run at full precision (XLA's GPU default
-//     rounds their inputs to TF32; the float32 fixture tests need exact products);
-//   - "triton=gemv", which lowers the dense bfloat16 products (x [..., K] times
-//     W [N, K]ᵀ, as model/linear.go's) that our own Triton GEMV kernel (package
-//     backend/hlo/triton) measured faster than stablehlo.dot_general on the H200 to that
-//     kernel: one row, and W of at least 8 Mi entries; and those of up to 32 rows whose
-//     weight is FP8 E4M3FN bytes decoded by package quant's table, reading the bytes
-//     (fp8.go; past 32 rows, XLA's GEMM reads them as f8E4M3FN values), and W8A8
-//     layers' of 2 to 8 rows as FP8 × FP8 on the tensor cores; see
-//     [Function.DotGeneral];
-//   - "triton=gemv-all", which lowers every such product of 1 to 8 rows that the kernel
-//     can compute (for tests and measurements);
-//   - "triton=attention", which runs the fused attention of bfloat16 windows of up to 64
-//     query rows per key/value head over more keys (a decoding window over its cache)
-//     as our own Triton kernels (triton.Kernels.AttentionOutput), declining the shapes they do
-//     not take rather than use cuDNN's, and makes the model ask for it
-//     ([Backend.FusedAttentionOverCache]): on the H200 at batch 1 the AR step 8-9 %
-//     faster, the fused step 4-8 %, and decoding windows of 8 2-7 % faster at batches 8
-//     to 32 (BENCHMARKS.md, runs BZ-CG). It combines with the GEMV options:
-//     "triton=gemv,triton=attention";
-//   - "triton=fold", which folds the RMSNorm before a dense layer of one row (model's
-//     normed layers at the AR step, batch 1) into our Triton GEMV
-//     (triton.GEMVNormTTIR), and the residual add after a one-row dense product into
-//     our GEMV of that product (triton.GEMVResidualTTIR), with the SwiGLU before it
-//     where the product is the down projection (triton.GEMVSwiGLUResidualTTIR): the
-//     norm's reduction, its product by the weight, SwiGLU and the add then need no
-//     kernel of their own (fold.go). On the H200 the AR step at batch 1 is 5 % faster
-//     with it (BENCHMARKS.md, runs CJ-CL). Backend selection on CUDA uses it;
-//   - "triton=pdl", which has our Triton kernels take part in programmatic dependent
-//     launch where the device has compute capability 9.0 or later (nothing on
-//     others): each waits for the kernels before it at its start and lets the next
-//     one launch once its main loop is done (triton.Kernels). On the H200 the AR step
-//     at batch 1 is 3-4 % faster with it (BENCHMARKS.md, runs CT and CU). Backend
-//     selection on CUDA uses it;
-//   - "triton=rope", which, with triton=attention, folds the rotary embedding of
-//     one-token windows' queries (model's rotary.apply) into our attention kernel,
-//     which then reads the float32 rows of the qkv product where they are and rotates
-//     the queries as it loads them (rope.go): one kernel less per layer, where XLA
-//     would slice and rotate them. On the H200 the AR step at batch 1 is 1.8 % faster
-//     with it (BENCHMARKS.md, run CY). Backend selection on CUDA uses it;
-//   - "triton=norm", which runs model's RMSNorm before a dense layer of several rows
-//     (the 4- and 8-token steps, prefill), with the residual add before it, as one
-//     Triton kernel of ours where XLA runs two or three (norm.go). On the H200 the 4-
-//     and 8-token steps are 1-2 % faster with it and prefill 1-3 % (BENCHMARKS.md, run
-//     DA). Backend selection on CUDA uses it;
-//   - "triton=place", which, with triton=rope, has our attention kernel of a one-token
-//     window take the window's key and value from the qkv product's rows (the key
-//     rotated as the queries), use them in place of the cache's slot for them, and
-//     write them into that slot of the cache itself, its outputs aliasing the cache's
-//     buffers, where model placed them with a select of XLA's that copied the cache
-//     (place.go): one kernel less per layer. On the H200 the AR step at batch 1 is 3 %
-//     faster with it (BENCHMARKS.md, runs DC-DE). Longer windows at batch 1 that write
-//     nothing (the 4-token denoise step's) take their keys and values from the rows too,
-//     the model placing them by a dynamic update rather than concatenating them with
-//     the cache ([Backend.PlacesWindows]): the denoise step 6-7 % faster (run DL).
-//     Backend selection on CUDA uses it;
-//   - "triton=preload", which, with triton=fold and triton=pdl, has the o projection's
-//     GEMV of a one-token window at batch 1 (the AR step) take a tile of 2 rows of the
-//     whole K, where its accumulators fit (K up to 2048), and load it before its PDL
-//     wait, and the attention kernels before it let it launch right after their own
-//     wait, so that its weight streams while they run, as the PyTorch peer's o GEMV's
-//     does (triton.Kernels.Preload). On the H200 the AR step at batch 1 is 0.7 %
-//     faster with it (BENCHMARKS.md, runs GO, GS, GV and GW), 1.6-2.1 % since the tile
-//     has 2 rows (runs GY, GZ). Backend selection on CUDA uses it;
-//   - "splitdown=N", which, with triton=fold, splits the K loop of the AR step's down
-//     GEMV of bfloat16 weights (triton.GEMVSwiGLUSplitTTIR) over N programs per tile of
-//     rows where K's steps divide into N parts: each writes its partial sums to a row
-//     of the layer's output parts, which the GEMVs that read that output (the next
-//     layer's q/k/v and o GEMVs, the head's) sum in a fixed order as they load them, so
-//     results do not vary from run to run as atomic adds would (fold.go). On the H200
-//     the AR step at batch 1 is 1 % faster with 2 parts than with none, 1–4 % slower
-//     with 3 or 4 (BENCHMARKS.md, runs GT–GW). Backend selection on CUDA uses 2.
+//   - "notf32": float32 products at full precision, not TF32 (the exact fixture tests);
+//   - "triton=gemv": dense products as our GEMV where faster: bf16 of one row and a W of
+//     8 Mi entries or more, FP8 bytes up to 32 rows, W8A8 of 2 to 8 rows ([Function.DotGeneral]);
+//   - "triton=gemv-all": every product of 1 to 8 rows the GEMV can take (tests, measurements);
+//   - "triton=attention": windows of up to 64 query rows per key/value head over the
+//     cache as our attention kernels ([Backend.FusedAttentionOverCache]);
+//   - "triton=fold": the RMSNorm before, SwiGLU and the residual add after one-row
+//     products folded into their GEMVs (fold.go);
+//   - "triton=pdl": our kernels under programmatic dependent launch (compute capability 9.0+);
+//   - "triton=rope": with triton=attention, one-token windows' queries rotated inside our
+//     attention kernel (rope.go);
+//   - "triton=norm": the RMSNorm of several rows, with the add before it, as one kernel (norm.go);
+//   - "triton=place": with triton=rope, our attention kernel takes windows' keys and values
+//     from the qkv rows and writes one-token windows' into the cache (place.go,
+//     [Backend.PlacesWindows]);
+//   - "triton=preload": with fold and pdl, the AR step's o GEMV loads its weight while the
+//     attention before it runs (triton.Kernels.Preload);
+//   - "splitdown=N": with fold, the AR step's down GEMV splits its K loop over N programs,
+//     the partial sums added in a fixed order by the GEMVs that read them (fold.go).
 //
-// Backend selection on CUDA uses
-// "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2".
-//
-// Unknown options, and values of triton other than these, are errors.
+// Backend selection on CUDA uses every option but triton=gemv-all and notf32, with
+// splitdown=2 (backend.Select). Unknown options are errors.
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
@@ -293,16 +239,13 @@ func (b *Backend) Name() string { return BackendName }
 
 // FastSingleRowProducts reports whether products of a single row run faster on b than
 // the same products padded to 4 rows, which backend.MinWindow asks: yes with option
-// triton, whose 1-row GEMVs made the 1-token AR step faster than the same step padded
-// to 4 rows (BENCHMARKS.md, run S: 2.467 against 2.591 ms on the H200); no otherwise,
-// as on XLA's backend, whose 1-row GEMMs are slower.
+// triton=gemv, whose 1-row GEMVs are; no otherwise, as on XLA's backend.
 func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone }
 
 // FusedAttentionOverCache reports whether decoding windows over the cache should ask b
 // for the fused attention (see backend.FusedAttentionOverCache): with option
 // triton=attention, whose kernels are made for them (and which decline the shapes they
-// do not take); not with cuDNN's, which was slower there than the plain path
-// (BENCHMARKS.md, run Y).
+// do not take); not with cuDNN's, which was slower there than the plain path.
 func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
 
 // PlacesWindows reports whether a window at batch 1 that writes nothing should attend

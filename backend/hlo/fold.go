@@ -293,13 +293,8 @@ func (f *Function) normedProduct(lhs, rhs compute.Value) (v compute.Value, ok bo
 const minNormPrograms = 512
 
 // normTile is the tile of a 1-row GEMV with the norm of a bfloat16 W of n rows: t,
-// gemvTiles' for one row, or where its 8 rows would run fewer than minNormPrograms
-// programs, 4 rows (twice the programs, as the PyTorch peer's q/k/v GEMV has). On the
-// H200, MiniCPM5-2B's q/k/v GEMV (2560 rows: 320 programs, or 640) made the AR step
-// 0.35 % faster per added step so, in 7 of 8 alternations in one process, and 0.1 %
-// against the build before it (BENCHMARKS.md, runs HR-HS); tiles of 2 rows, of other K
-// steps or more stages were slower (runs HP-HQ). t's rows divide n (foldCandidates
-// takes only tiles that do), so 4 rows do too.
+// gemvTiles' for one row, or 4 rows where 8 would run fewer than minNormPrograms programs
+// (as the PyTorch peer's q/k/v GEMV, and slightly faster). t's rows divide n, so 4 do too.
 func normTile(t triton.Tile, n int) triton.Tile {
 	if t.BN == 8 && n/t.BN < minNormPrograms {
 		t.BN = 4
@@ -405,8 +400,7 @@ func isHalf(s *value, h int) bool {
 // other a float32 residual of its shape, either way round: model's residual adds after
 // its o and down projections, whose sums then need no kernel of their own. That holds
 // for o too, which option triton=gemv leaves to XLA's dot: once our GEMV with the
-// norm reads the sum, XLA runs its dot and the add as two kernels (BENCHMARKS.md, run
-// CJ). Where the product's input is swiGLU of the gate/up projection (swiGLUOf), the
+// norm reads the sum, XLA runs its dot and the add as two kernels. Where the product's input is swiGLU of the gate/up projection (swiGLUOf), the
 // kernel computes that too (triton.Kernels.GEMVSwiGLUResidual). The product it replaces is
 // left unused, for XLA to remove. ok is false, with nothing added, for every other
 // sum.
@@ -468,13 +462,8 @@ func (f *Function) residualProduct(lhs, rhs compute.Value) (v compute.Value, ok 
 }
 
 // preloadTile is the tile of the o projection's GEMV with options triton=preload and
-// triton=pdl (on a device that has it): 2 rows
-// of the whole K, one step, whose W tile each program loads before its PDL wait
-// (triton.Kernels.Preload); triton.CheckGEMV refuses it past K 2048, where its float32
-// accumulators would not fit. On the H200, 4 × 2048 was faster than 4 × 1024, 8 × 512
-// and 8 × 2048 of 8 warps (BENCHMARKS.md, run GO), and 2 × 2048 (twice the programs,
-// as the peer's o GEMV has) 0.6-0.7 % faster than 4 × 2048 per added AR step in
-// every round of run GY; 1 row, or 2 warps, slower.
+// triton=pdl: 2 rows of the whole K, one step, that each program loads before its PDL wait
+// (triton.Kernels.Preload); the fastest measured. triton.CheckGEMV refuses it past K 2048.
 func preloadTile(k int) triton.Tile { return triton.Tile{BN: 2, BK: k, Stages: 1} }
 
 // splitDown appends the down GEMV with its K loop split over splits programs

@@ -20,51 +20,30 @@ import (
 // (backend.MinWindow).
 const maxGEMVRows = 8
 
-// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows,
-// the fastest of those swept on the H200 (MiniCPM5-2B shape, BENCHMARKS.md, ms per added
-// step). The AR step took 1.40 with 8 × 1024 bytes over 3 stages (runs ES and ET;
-// gemvTile's 8 × 512: 1.46; 4 × 2048: 1.42; 4 stages: 1.41). The Dot tile converts the
-// bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK): 128 ×
-// 128 over 3 stages and 4 warps gave the denoise and fused steps 1.650 and 1.728 against
-// 1.661 and 1.753 with 8 warps (run FL; 4 stages of 8 warps: 1.702 and 1.785; 128 × 64:
-// 1.760 and 1.848; 256 × 128: 1.841 and 1.950); 8 warps gave 1.662 and 1.758 against
-// 1.733 and 1.793 with run FE's 64 × 256 (run FH; 128 × 256: 1.722 and 1.798; 64 × 256
-// with 16 warps: 2.175 and 2.242; 64 × 512 over 2 stages: 1.922 and 1.951). Run FE: 64 ×
-// 256 against 1.894 and 1.890 with runs ES-FB's 32 × 512 over 3 stages and 4 warps (64
-// × 128: 1.783 and 1.814; 4 stages: 1.763 and 1.816; 32 × 256 with 8 warps: 2.256 and
-// 2.192; run FD: 64 × 512 with 8 warps 1.826 and 1.880; 128 × 512: 2.103 and 2.155).
+// fp8RowTile and fp8DotTile are the tiles of FP8 products of 1 and of 2 to DotRows rows:
+// the fastest of those swept on the H200 with the MiniCPM5-2B shape. The Dot tile converts
+// the bytes to bfloat16 in registers for the tensor cores, its K loop split (splitK).
 var (
 	fp8RowTile = triton.Tile{BN: 8, BK: 1024, Stages: 3}
 	fp8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 4, Dot: true}
 )
 
-// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile): 128 × 128 bytes over 3
-// stages and 8 warps. Run FM: the denoise and fused steps took 1.729 and 1.820 with it
-// against 1.793 and 1.835 with run FG's 64 × 256, which gave 1.767 and 1.829 against
-// 1.909 and 1.921 with runs EV-FF's 32 × 512 of 4 warps (64 × 128: 1.773 and 1.845; 64 ×
-// 512: 1.881 and 1.938; run FC: 32 × 512 of 8 warps 2.074 and 2.078).
+// w8a8DotTile is the Dot tile of W8A8 products (w8a8Tile), the fastest of those swept on
+// the H200 for the denoise and fused steps.
 var w8a8DotTile = triton.Tile{BN: 128, BK: 128, Stages: 3, Warps: 8, Dot: true}
 
 // maxFP8RowsTileRows is the most rows an FP8 product runs as our GEMV with gemvTiles'
-// tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's (run EN).
+// tile, where fp8DotTile does not divide W: at 8 rows it lost to XLA's.
 const maxFP8RowsTileRows = 4
 
 // maxFP8Rows is the most rows an FP8 product runs as our GEMV on the bytes; past it,
-// XLA's GEMM reads them converted as f8E4M3FN values (fp8BytesProduct). Runs FT and FU,
-// fused decoding (8-token windows, so products of 8 rows per batch row): at batch 4 (32
-// rows) ours took 184.0 ms against XLA's 186.8, at batch 2 158.3 against 158.1, at
-// batch 8 (64 rows) 243.9 against 213.0. Before XLA read the bytes (it read a copy
-// decoded by package quant's table), ours won up to 64 rows: run EW, 275 ms against
-// 367 at batch 8; blocks of 64 rows of one W tile, side by side, lost past 64 rows
-// (batch 64: 766 ms against 661).
+// XLA's GEMM, reading them converted as f8E4M3FN values (fp8BytesProduct), was as fast
+// or faster.
 const maxFP8Rows = 32
 
 // fp8ManyRowsTile is the Dot tile of FP8 products of more than DotRows rows, up to
-// maxFP8Rows, its BM their rows rounded up to a power of two: 64 × 256 bytes over 3
-// stages and 8 warps, its K loop split as fp8DotTile's is. Run FH, fused decoding at
-// batch 8 (its fused steps' 64 rows): 246.8 ms against 269.7 with runs EW-FF's 32 × 256
-// of 4 warps (64 × 128 of 8 warps: 248.8; 32 × 256 of 8: 291.5; 32 × 512 asks more
-// shared memory than an SM has at 64 rows). Run FD: split, 264.3 against 277.0 unsplit.
+// maxFP8Rows, its BM their rows rounded up to a power of two, its K loop split as
+// fp8DotTile's is: the fastest swept for fused decoding at batch 8.
 var fp8ManyRowsTile = triton.Tile{BN: 64, BK: 256, Stages: 3, Warps: 8, Dot: true}
 
 // fp8Tile is the tile of the GEMV of m rows of FP8 bytes W [n, k], if it has one. A
@@ -102,10 +81,7 @@ func fp8Tile(m, n, k int) (triton.Tile, bool) {
 
 // fitDotTile returns Dot tile t with its K step and then its W rows halved until they
 // divide W [n, k], down to 32 and 16, so that shapes the measured tiles do not divide
-// keep our kernel on the bytes instead of XLA's product of the decoded weight.
-// MiniCPM-2B's down projection (K 5760, 22.5 steps of 256), run FI, ms per added step:
-// its denoise and fused steps took 2.935 and 2.886 with run FE's 64 × 256 fitted to 64 ×
-// 128 against 4.071 and 3.204 unfitted (bf16: 2.372 and 2.444).
+// (MiniCPM-2B's down projection) keep our kernel on the bytes.
 func fitDotTile(t triton.Tile, n, k int) triton.Tile {
 	for t.BK > 32 && k%t.BK != 0 {
 		t.BK /= 2
@@ -128,19 +104,18 @@ const (
 	gemvAll                           // "triton=gemv-all": every one gemvTile has a tile for
 )
 
-// minFasterGEMVWeight is the fewest entries of W for which the 1-row GEMV beat XLA's
-// dot on the H200 (BENCHMARKS.md, run R: MiniCPM5-2B's gate/up 0.92×, down 0.89×, head
-// 0.96× the time of XLA's; its qkv, 5 Mi entries, 1.42×, and o, 4 Mi, 1.20×). With more
-// rows XLA's dot was as fast or faster for every shape.
+// minFasterGEMVWeight is the fewest entries of W for which the 1-row GEMV beat XLA's dot
+// on the H200 (MiniCPM5-2B's gate/up, down and head did; qkv and o, 5 and 4 Mi entries,
+// did not). With more rows XLA's dot was as fast or faster for every shape.
 const minFasterGEMVWeight = 8 << 20
 
-// lowersWhereFaster reports whether the GEMV of m rows of W [n, k] is one that run R
-// measured faster than XLA's dot.
+// lowersWhereFaster reports whether the GEMV of m rows of W [n, k] is one measured
+// faster than XLA's dot.
 func lowersWhereFaster(m, n, k int) bool { return m == 1 && n*k >= minFasterGEMVWeight }
 
-// gemvTiles is the Triton GEMV tile per row count: the fastest of those bench/tritonprobe
-// timed on the H200 for most of MiniCPM5-2B's weights (BENCHMARKS.md, run R), all
-// pipelined over 3 stages. 16×64 at 5-8 rows keeps the rows within triton.MaxAccumulators.
+// gemvTiles is the Triton GEMV tile per row count: the fastest of those timed on the H200
+// for most of MiniCPM5-2B's weights, all pipelined over 3 stages. 16×64 at 5-8 rows keeps
+// the rows within triton.MaxAccumulators.
 var gemvTiles = [maxGEMVRows + 1]triton.Tile{
 	1: {BN: 8, BK: 512, Stages: 3},
 	2: {BN: 8, BK: 256, Stages: 3},
@@ -266,11 +241,8 @@ func (f *Function) tritonGEMV(lhs *stablehlo.Value, lhsContractingAxes, lhsBatch
 
 // w8a8Tile is the tile of a product of m rows of FP8 bytes by W [n, k] of FP8 bytes on
 // the tensor cores as FP8: w8a8DotTile from 2 to maxGEMVRows rows, its K loop split
-// (splitK), where it divides W. Run EV, ms per added step, unsplit: the denoise and
-// fused steps took 2.105 and 2.107 so, 2.32 and 2.30 with the weight-only kernels on
-// the decoded input (2.14 and 2.16 with FP8 weight-only layers); Dot tiles of 64 rows
-// (a warpgroup's wgmma) lost, 3.7 to 4.9. Other products take the weight-only kernels,
-// at one row the row tile's.
+// (splitK), where it divides W; faster than the weight-only kernels on the decoded input.
+// Other products take the weight-only kernels, at one row the row tile's.
 func w8a8Tile(m, n, k int) (triton.Tile, bool) {
 	if m < 2 || m > maxGEMVRows || triton.CheckGEMVFP8(m, n, k, w8a8DotTile, dtypes.Float32) != nil {
 		return triton.Tile{}, false
@@ -304,26 +276,17 @@ func (f *Function) splitProduct(t triton.Tile, out dtypes.DType, product func(ou
 	return stablehlo.Convert(y, out)
 }
 
-// minSplitPrograms is the programs splitK asks of a GEMV: about two per SM of the
-// H200's 132 (run FC: 528 and 132 gave the denoise and fused steps 1.890 and 1.929,
-// 1.944 and 1.904, against 1.890 and 1.879 with 264). 256 rather than 264, so that
-// MiniCPM5-2B's down projection (32 W tiles of 64 rows, K of 24 steps of 256) splits 8
-// ways, not 12: runs FL and FM, fused decoding at batch 8 with FP8 weights 242.7 ms
-// against 252.7, W8A8's denoise and fused steps 1.767 and 1.808 against 1.793 and
-// 1.835. Of the shapes measured, only that projection's split changes (with 128 ×
-// 128 tiles: 16 ways, not 24).
+// minSplitPrograms is the programs splitK asks of a GEMV: about two per SM of the H200's
+// 132. 256 rather than 264 splits MiniCPM5-2B's down projection 8 ways, not 12, which was
+// faster for FP8 and W8A8 products.
 const minSplitPrograms = 256
 
 // splitK returns Dot tile t with its K loop split over the fewest programs per W tile
-// that give minSplitPrograms in all, a divisor of K's steps (the most of them where none
+// that give minSplitPrograms in all (a divisor of K's steps, the most of them where none
 // gives as many), each program summing its share of K into float32 partial sums that
 // splitProduct adds up; t itself where W [n, k] has as many tiles already or K is one
-// step. FP8 weights of 2 to maxFP8Rows rows are read so, whose few W tiles (16 to 40 at
-// MiniCPM5-2B's qkv, o and down) leave most of the SMs idle otherwise. Run EZ, ms per
-// added step: the denoise / fused steps with FP8 weights 1.908 / 1.884 against 2.255 /
-// 2.143 unsplit, W8A8 (run FA) 1.886 / 1.898 against 2.097 / 2.137; bf16 in the same
-// run: 1.988 / 2.054. Those splits were powers of two; other divisors serve K of an odd
-// count of steps, as MiniCPM-2B's down projection has (45 steps of 128).
+// step. FP8 products of few W tiles otherwise leave most SMs idle (split, their steps
+// took 0.84-0.89× the time).
 func splitK(t triton.Tile, m, n, k int) triton.Tile {
 	tiles, steps := n/t.BN, k/t.BK
 	split := 1
@@ -341,10 +304,9 @@ func splitK(t triton.Tile, m, n, k int) triton.Tile {
 }
 
 // raggedGEMV returns x [m, k] · Wᵀ [m, n] of dtype out for W = rhs [n, k] that no GEMV
-// tile divides (MiniCPM-2B's head: 122753 rows, odd): its first rows rows by our GEMV
-// of tile t, reading W in place, the rest by XLA's dot of their slice (xlaDot, summed in
-// float32 as the GEMV sums), concatenated, rather than XLA's dot over all of them. Run FQ, MiniCPM-2B's
-// shape: its AR step 2.672 ms against 2.684, AR decoding at batch 1 728 against 737.
+// tile divides (MiniCPM-2B's head: 122753 rows, odd): its first rows rows by our GEMV of
+// tile t, reading W in place, the rest by XLA's dot of their slice (xlaDot, summed in
+// float32 as the GEMV sums), concatenated: slightly faster than XLA's dot over all of them.
 func (f *Function) raggedGEMV(x, rhs *stablehlo.Value, rows int, t triton.Tile, out dtypes.DType) (*stablehlo.Value, error) {
 	n, k := rhs.Shape().Dimensions[0], rhs.Shape().Dimensions[1]
 	head, err := f.builder.backend.kernels().GEMVOfRows(x, rhs, rows, t, out)

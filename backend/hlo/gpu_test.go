@@ -34,7 +34,7 @@ import (
 
 // The tests of this file run programs on a PJRT plugin and compare their results with
 // the Go backend's. They need a GPU machine: set BLOCKDIFF_PJRT_PLUGIN to the plugin's
-// path (bench/gpu.sh's hlo section does).
+// path (bench/gpu.sh's kernels section does).
 
 // backends returns the hlo backend on the plugin (float32 products at full precision,
 // so that results compare with the Go backend's) and the Go backend, or skips. Both are
@@ -43,7 +43,7 @@ func backends(t testing.TB) (onPlugin, onGo compute.Backend) {
 	t.Helper()
 	plugin := os.Getenv(backend.PluginEnv)
 	if plugin == "" {
-		t.Skipf("needs a PJRT plugin: set %s to its path (e.g. on the GPU machine, bench/gpu.sh hlo)", backend.PluginEnv)
+		t.Skipf("needs a PJRT plugin: set %s to its path (e.g. on the GPU machine, bench/gpu.sh kernels)", backend.PluginEnv)
 	}
 	b, err := sharedBackends()
 	require.NoError(t, err)
@@ -411,21 +411,14 @@ func requireGEMVTolerances(t *testing.T, got, want []*tensors.Tensor, what strin
 	}
 }
 
-// FP8 layers (package quant's FP8Linear with its table decoder) at MiniCPM5-2B's shapes
-// and MiniCPM-2B's down projection (K 5760: Dot tiles fitted to it, fitDotTile, their K
-// loops split 15 and 9 ways, splitK) give XLA's product of the decoded weight, in
-// float32 (ApplyFloat32) to 1e-4 of the largest output: at 1, 4, 8 and 32 rows, which
-// take the row tile, the Dot tile and the Dot tile of 32 rows on the weight's bytes,
-// and at 64 and 512 rows, XLA's GEMM of the bytes converted as f8E4M3FN values,
-// weight-only and W8A8 (whose 4 and 8 rows multiply the input's bytes too, FP8 × FP8
-// on the tensor cores in our kernel; past 32, in XLA's GEMM). Both sides multiply exact
-// E4M3 values, whose products float32 holds exactly, and differ only in the order of the
-// float32 sums: sums carried in less than float32 would fail it. Except for XLA's FP8 ×
-// FP8 GEMM, which keeps fewer bits under precision HIGHEST (run GA: 2.6e-4 to 2.9e-4 off
-// the exact product at K 2048; run GC, here: 2.3e-4 to 2.7e-4 at all three K): its
-// bound is 6e-4, which cuBLASLt's fast accumulation (precision DEFAULT, 8.8e-4 to 1e-3
-// in run GA) would fail. The lowering is checked first, on a build-only backend, so
-// that it runs without a GPU too.
+// FP8 layers (quant's FP8Linear, table decoder) at MiniCPM5-2B's shapes and MiniCPM-2B's
+// down projection give XLA's product of the decoded weight, in float32, to 1e-4 of the
+// largest output: at 1, 4, 8 and 32 rows our kernels on the bytes, at 64 and 512 XLA's
+// GEMM of the bytes as f8E4M3FN, weight-only and W8A8. Both sides multiply exact E4M3
+// values and differ only in the order of the float32 sums. XLA's FP8 × FP8 GEMM keeps
+// fewer bits under precision HIGHEST (~3e-4 off at K 2048): its bound is 6e-4, which
+// cuBLASLt's fast accumulation (~1e-3) would fail. The lowering is checked first on a
+// build-only backend, so that it runs without a GPU too.
 func TestTritonFP8MatchesDot(t *testing.T) {
 	rows := []int{1, 4, 8, 32, 64, 512}
 	const ours = 4 // products of up to 32 rows
@@ -1111,7 +1104,7 @@ func fusedAttentionMatchesPlain(t *testing.T, onPlugin, onGo compute.Backend) {
 // MiniCPM5-2B's shape (16 query and 2 key/value heads of 128), chained attentionsInRow
 // times per execution so that the execution's own cost is spread over them; it reports
 // us/attention, which includes each execution's upload of its inputs: the attention
-// kernels' own times are in a trace (bash bench/gpu.sh attnbench). "mask" is the block-causal mask (blocks of 4) as the model gives it,
+// kernels' own times are in a profiler's trace. "mask" is the block-causal mask (blocks of 4) as the model gives it,
 // which cuDNN gets as a bias and so computes every tile; "causal" is the op's causal
 // mask alone, a causal model's prefill (not ours: for scale); "shifted" is the
 // block-causal mask through the causal one: the queries padded to start 3 rows down, so
@@ -1258,11 +1251,9 @@ func TestInPlaceOutputTakesDonatedBuffer(t *testing.T) {
 }
 
 // BenchmarkExecutionBuffers times executions of a trivial program by the number of its
-// input and output buffers, all on the device: our programs take one buffer per weight
-// and cache tensor (an AR step of the MiniCPM5-2B shape about 340) and a prefill returns
-// each layer's keys and values, so a cost per buffer of PJRT's is part of every
-// execution's own cost, the part the peer's graph replays do not have (BENCHMARKS.md).
-// It reports us/execution, which includes the read of the first output's 4 bytes.
+// input and output buffers (an AR step of the MiniCPM5-2B shape has about 340): PJRT's
+// cost per buffer is part of each execution's own cost, which CUDA-graph replays do not
+// have. It reports µs/execution, including the read of the first output's 4 bytes.
 func BenchmarkExecutionBuffers(b *testing.B) {
 	onPlugin, _ := backends(b)
 	for _, c := range []struct{ in, out int }{{1, 1}, {85, 1}, {340, 1}, {1, 85}, {340, 85}} {

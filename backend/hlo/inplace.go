@@ -14,7 +14,7 @@ import (
 // memory, so a program that updates state and is fed its own outputs keeps every buffer
 // address from one execution to the next: XLA then need not update its command buffers
 // (CUDA graphs) for new addresses, which cost ~4 ms per execution of the decoder's loop
-// on the H200 (BENCHMARKS.md). Undonated, XLA copies the parameter into a new buffer
+// on the H200. Undonated, XLA copies the parameter into a new buffer
 // first. Parameter and output must have the same shape.
 const InPlaceMarker = "~output="
 

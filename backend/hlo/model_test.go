@@ -112,7 +112,7 @@ func TestTritonGEMVInModels(t *testing.T) {
 // our Triton kernels, at batch 1 and 2: two calls per layer (the splits, then their
 // combination), and none of attention's batched products left. At batch 2 each layer
 // orders the removal of uncommitted keys after the kernels' read by one optimization
-// barrier (without it XLA copies the cache twice a layer, BENCHMARKS.md run CE).
+// barrier (without it XLA copies the cache twice a layer).
 func TestTritonAttentionInModels(t *testing.T) {
 	b, err := hlo.NewBuildOnlyWith("triton=attention")
 	require.NoError(t, err)

@@ -388,18 +388,13 @@ func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContract
 	return f.fp8BytesProduct(x, xBytes, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config)
 }
 
-// fp8BytesProduct is, under option triton, the product of x by FP8 bytes w: our GEMV
-// on the bytes where fp8Tile has a tile, else XLA's dot_general of the bytes converted
-// as f8E4M3FN values (e4m3Values), so that XLA's GEMM reads the bytes and converts them
-// itself instead of reading a decoded copy of the weight (run FS: fused decoding at
-// batch 64 took 559 ms against 649, the 512-token prefill 8.8 against 11.1). By x's
-// values; or, where a W8A8 layer quantized x (xBytes not nil), by its bytes, converted
-// too, so that XLA's FP8 × FP8 GEMM (cuBLASLt) runs on the tensor cores, under precision
-// HIGHEST: their sums keep fewer bits than float32's, within 3e-4 of the exact product
-// of the bytes against 1.5e-6 for x's values (run GA; 1e-3 under DEFAULT, cuBLASLt's
-// fast accumulation), far under the input's own rounding to E4M3, for batch-64 W8A8
-// fused decoding in 439 against 595 ms (runs GD, GA). ok is false without option
-// triton (the plain backend keeps package quant's table).
+// fp8BytesProduct is, under option triton, the product of x by FP8 bytes w: our GEMV on
+// the bytes where fp8Tile has a tile, else XLA's dot_general of the bytes converted as
+// f8E4M3FN values (e4m3Values), so that XLA's GEMM reads the bytes rather than a decoded
+// copy of the weight. Where a W8A8 layer quantized x (xBytes not nil), x's bytes are
+// converted too, for XLA's FP8 × FP8 GEMM on the tensor cores under precision HIGHEST
+// (sums within ~3e-4 of the exact product, far under x's own rounding to E4M3). ok is
+// false without option triton (the plain backend keeps package quant's table).
 func (f *Function) fp8BytesProduct(x, xBytes *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
 	if f.builder.backend.tritonGEMV == gemvNone {

@@ -149,8 +149,8 @@ func (f *Function) notePlacement(v compute.Value) {
 // builds a window's cache update apart from the keys it attends (the same update,
 // which XLA computes once): a second noted update of the same cache, rows and start
 // says that the window writes, and its keys and values stay XLA's, since the update
-// reads them from there anyway (the fused step's keys taken from the rows made it 3-6 %
-// slower on the H200, BENCHMARKS.md, run DK).
+// reads them from there anyway (taking the fused step's keys from the rows made it
+// slower on the H200).
 func (f *Function) placementsOf(key, val compute.Value, a triton.Attention) (keys, values placement, ok bool) {
 	kv, ok1 := key.(*value)
 	vv, ok2 := val.(*value)

@@ -18,11 +18,10 @@ import (
 // [B, Heads, T, D] (BHSD), is model's rotated queries (see rotatedQuery): the rows the
 // queries were sliced from (queryRows) and cos and sin reshaped to [B, T, D/2]. XLA
 // then drops the rotation of the queries and their slice, one kernel a layer; the keys'
-// rotation stays where the cache's placement computes it. One-token windows take it:
-// there the AR step gained 1.8 % on the H200, while windows of 4 gained nothing and the
-// fused step's of 8 lost up to 3 % (BENCHMARKS.md, run CY), each of their programs
-// rotating 64 query rows before its first keys. Longer windows take it only where the
-// kernel places their keys too (window set: placedWindow), which needs the rows.
+// rotation stays where the cache's placement computes it. One-token windows take it
+// (the AR step gained on the H200; longer windows, whose programs rotate 64 query rows
+// before their first keys, did not), and longer windows only where the kernel places
+// their keys too (window set: placedWindow), which needs the rows.
 func (f *Function) rotatedQueries(query compute.Value, a triton.Attention, window bool) ([]*stablehlo.Value, triton.Attention, bool) {
 	q, ok := query.(*value)
 	if !f.builder.backend.tritonRope || !ok || (a.T != 1 && !window) {

@@ -50,9 +50,8 @@ type Attention struct {
 	Write bool
 }
 
-// AttentionKeys is the keys one step of the attention kernel's loop reads: the peer's
-// decode attention measured 32 positions per program fastest on the H200
-// (BENCHMARKS.md, run K).
+// AttentionKeys is the keys one step of the attention kernel's loop reads: the PyTorch
+// peer's decode attention measured 32 positions per program fastest on the H200.
 const AttentionKeys = 32
 
 // maxAttentionPrograms bounds the programs of the attention kernel: two per SM of the
@@ -62,13 +61,9 @@ const AttentionKeys = 32
 const maxAttentionPrograms = 264
 
 // maxWindowPrograms bounds the splits of the attention kernel of a window of several
-// queries at batch 1 instead: one program per SM of the H200. Past 4096 cached
-// positions, half as many splits of twice the steps made the 4- and 8-token steps
-// faster than maxAttentionPrograms' (BENCHMARKS.md, runs IA-ID: after 4096 positions
-// the denoise step 1.0-1.5 % and the fused step 4.4-4.7 %, after 8192 the denoise step
-// up to 2.9 % (level in one round) and the fused step 5-8.5 %; at 2048 and below the
-// splits are the same either way); the AR step's one-token window lost 0.5-1.1 % so
-// and keeps maxAttentionPrograms.
+// queries at batch 1 instead: one program per SM of the H200. Past 4096 cached positions
+// half as many splits of twice the steps made the 4- and 8-token steps faster; the AR step
+// lost so and keeps maxAttentionPrograms (at 2048 and below the splits are the same).
 const maxWindowPrograms = 132
 
 // programsCap bounds the programs over which a's kernel splits its keys
@@ -82,12 +77,8 @@ func (a Attention) programsCap() int {
 }
 
 // maxAttentionStages is how deep the kernel's loop over its steps of keys is pipelined
-// (the next steps' keys, values and bias loading while one is computed) where a
-// program has that many steps: at batch 64 a program walks 14 of them (run BV in
-// BENCHMARKS.md, where one stage lost 14 % on autoregressive decoding against the
-// plain products). With it, and each row's keys read only up to its last visible one,
-// decoding at batch 64 became as fast (autoregressive) or 8-12 % faster (windows of 8)
-// than the plain products (runs BZ and CD); the two were not measured apart.
+// (the next steps' keys, values and bias loading while one is computed) where a program
+// has that many steps: at batch 64 a program walks 14, where one stage was much slower.
 const maxAttentionStages = 3
 
 // Stages is the pipelining depth of a's kernel: maxAttentionStages, or the steps of
@@ -211,7 +202,7 @@ func CheckAttention(a Attention) error {
 //
 // Each step loads its values with its keys, before the scores need them: at a cache of
 // 528 slots a program walks one step, whose loads the compiler would otherwise issue one
-// after the other (the AR step 1.6 % faster on the H200, BENCHMARKS.md, run DI).
+// after the other.
 func AttentionTTIR(a Attention) (string, error) {
 	if err := CheckAttention(a); err != nil {
 		return "", err

@@ -20,27 +20,14 @@ const Target = "__gpu$xla.gpu.triton"
 // Kernels appends our Triton kernels to StableHLO functions, each a custom call of
 // Target. Its zero value leaves their launch to XLA as it is.
 type Kernels struct {
-	// PDL has every kernel take part in programmatic dependent launch, which needs
-	// compute capability 9.0 (Hopper) or later: it waits for the kernels before it at
-	// its start (griddepcontrol.wait), before reading anything, and lets the kernel
-	// after it launch once its main loop is done (griddepcontrol.launch_dependents), so
-	// that the next kernel's programs are placed while its own store their results.
-	// XLA launches custom calls' kernels with programmatic dependencies (a kernel that
-	// triggered at its start made the one after it start early, runs CR and CT in
-	// BENCHMARKS.md); on the H200 this made the AR step at batch 1 3-4 % faster (run
-	// CT). Triggering at the start instead, as the PyTorch peer does, made it 7-8 %
-	// slower: XLA's kernels after ours then wait beside them. Nor did the attention
-	// gain from loading its cache before its wait, as the peer's does (runs GJ-GK).
+	// PDL has every kernel take part in programmatic dependent launch (compute capability
+	// 9.0+): each waits for the kernels before it at its start and lets the next launch once
+	// its main loop is done, so that the next programs are placed while its own store results
+	// (triggering at the start, as the PyTorch peer does, left XLA's kernels waiting on ours).
 	PDL bool
-	// Preload, with PDL, has the GEMV after a one-token window's attention at batch 1
-	// (the attention's output projection) stream its weight while the attention runs:
-	// the attention and its combine (Attention B and T 1) let the next kernel launch
-	// right after their wait, and GEMVResidual's kernels of one K step load their W
-	// tile before their wait, the loop's step peeled onto it (firstWBeforeWait). On
-	// the H200 the AR step at batch 1 is 0.7 % faster with it and a tile of 4 rows of
-	// the whole K (runs GO, GS, GV and GW in BENCHMARKS.md), 1.6-2.1 % with 2 rows
-	// (runs GY, GZ), as the peer's o GEMV loads its slice during its attention; early
-	// launches elsewhere lost (runs GQ, GU).
+	// Preload, with PDL, has the o projection's GEMV after a one-token window's attention at
+	// batch 1 load its W tile before its wait (firstWBeforeWait), the attention and combine
+	// letting it launch right after theirs, so that its weight streams while they run.
 	Preload bool
 }
 

@@ -18,8 +18,8 @@
 // programmatic dependent launch on Hopper, and its Preload field has the o projection's
 // GEMV load its weight while the attention before it runs. backend/hlo lowers the
 // model's products and attention to them (its options triton=gemv, triton=attention,
-// triton=fold, triton=pdl, triton=preload and splitdown), and bench/tritonprobe checks and times the GEMV against XLA's dot on a
-// GPU. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
+// triton=fold, triton=pdl, triton=preload and splitdown), whose GPU tests check them
+// against XLA's dot. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
 // package, so call.go has the build constraint of the rest of backend/hlo
 // (cgo && !noxla).
 package triton

@@ -26,9 +26,7 @@ type Norm struct {
 // every program reads all of x anyway, so the norm's own kernel goes. With norm.Before
 // each program sums x's squares in a loop of its own first (x is read twice). It runs
 // n/bn programs of GEMVTTIR's 1-row loop, Stages deep. x, g and the squares are [1, bk]
-// tiles, as W's broadcast takes them: with x [bk] and its squares summed apart,
-// gate/up's kernel took 17.3 µs, with these tiles 15.7 µs (BENCHMARKS.md, runs CJ and
-// CK).
+// tiles, as W's broadcast takes them (faster than x [bk] with its squares summed apart).
 func GEMVNormTTIR(n, k int, t Tile, norm Norm, w Weight) (string, error) {
 	if err := checkRowTile("GEMV with a norm", 1, n, k, t); err != nil {
 		return "", err
@@ -133,8 +131,7 @@ func CheckRowNorm(r RowNorm) error {
 
 // RowNormTTIR is the TTIR module of the kernel @norm, model's RMSNorm before a dense
 // layer of several rows (model/forward.go) as one kernel where XLA runs two or three
-// (the residual add, the row's mean of squares and 1/rms, x·weight; BENCHMARKS.md,
-// "The prefill"). Program r reads row r of x, or of a and b and then stores their sum
+// (the residual add, the row's mean of squares and 1/rms, x·weight). Program r reads row r of x, or of a and b and then stores their sum
 // x = a + b in s (with r.Sum), and stores inv[r] = rsqrt(Σx²·InvK + Eps) and
 // xg[r] = bf16(bf16(x)·g) for the norm weight g [K] bfloat16, as the graph rounds them:
 // its product by W then takes xg, and its output is scaled by inv. With r.Before, xg[r]
