@@ -94,8 +94,8 @@ func (b *TrainedBPE) VocabSize() int { return len(b.tokens) + len(b.cfg.specials
 // NumMerges is the number of merges learned.
 func (b *TrainedBPE) NumMerges() int { return len(b.merges) }
 
-// Train learns a byte-level BPE tokenizer from texts, as the Hugging Face tokenizers
-// library's BpeTrainer does for a ByteLevel tokenizer: texts are cut into pieces by
+// Train learns a byte-level BPE tokenizer from texts with the algorithm of the Hugging Face
+// tokenizers library's BpeTrainer for a ByteLevel tokenizer: texts are cut into pieces by
 // cfg.Pattern, and the most frequent pair of adjacent tokens is merged again and again until
 // the vocabulary is full. Ties go to the pair with the smaller (left, right) ids, so the
 // result depends only on the texts and cfg. Texts must be valid UTF-8.

@@ -16,6 +16,7 @@ package main
 import (
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -90,6 +91,11 @@ func run(ctx context.Context, out, root, tokDir string, vocab int) error {
 		if tok, err = tokenizer.LoadDir(dir); err != nil {
 			return err
 		}
+		tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  wrote %s, tokenizer.json sha256 %x\n", dir, sha256.Sum256(tj))
 	}
 
 	for _, s := range gocorpus.Splits {
