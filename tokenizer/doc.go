@@ -44,6 +44,13 @@
 // still change (half of a UTF-8 character, an unfinished run of byte-fallback tokens) so each
 // piece it returns is valid UTF-8, and the pieces always concatenate to Decode of all ids.
 //
+// # Training
+//
+// Train learns a byte-level BPE tokenizer from texts (by default with CodePattern as the
+// pre-tokenizer, suited to source code) and writes it as tokenizer.json and
+// tokenizer_config.json that this package and the Hugging Face library load alike. Its
+// special tokens BOS, EOS, pad and mask take the last four ids, mask the very last.
+//
 // # Chat templates
 //
 // ApplyChatTemplate renders the Jinja chat_template of tokenizer_config.json for a list of
