@@ -52,5 +52,5 @@ func TestWriteShards(t *testing.T) {
 	require.Equal(t, "2400", ckpt.Metadata()["total_size"])
 
 	_, err = w.WriteShards(t.TempDir(), "model", 500)
-	require.ErrorContains(t, err, `tensor "e"`)
+	require.ErrorContains(t, err, `tensor "c" takes 584 bytes`)
 }
