@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,11 +121,33 @@ func masterValues(t *testing.T, tr *Trainer) [][]float32 {
 	return out
 }
 
+// droppedTargets is NextToken scoring a random 70 % of the targets: an objective that
+// draws from the step's random state.
+func droppedTargets(in *Inputs) Loss {
+	s := in.Tokens.Shape().Dimensions[1] - 1
+	tokens, targets := SliceAxis(in.Tokens, 1, AxisRange(0, s)), SliceAxis(in.Tokens, 1, AxisRange(1, s+1))
+	segments := SliceAxis(in.Segments, 1, AxisRange(0, s))
+	logits := in.Forward(model.TrainingWindow{Tokens: MaxScalar(tokens, 0), Positions: SliceAxis(in.Positions, 1, AxisRange(0, s)),
+		Visible: DocumentCausal(segments)})
+	keep := LessThan(in.Uniform(targets.Shape().Dimensions...), Const(targets.Graph(), float32(0.7)))
+	scored := LogicalAnd(keep, LogicalAnd(GreaterOrEqual(targets, ScalarZero(targets.Graph(), dtypes.Int32)),
+		Equal(SliceAxis(in.Segments, 1, AxisRange(1, s+1)), segments)))
+	return MeanCrossEntropy(logits, targets, scored)
+}
+
 // Training N steps, checkpointing (in files of at most 20 kB), and resuming for N more
-// ends where 2N steps in one go end.
+// ends where 2N steps in one go end, with the autoregressive objective and with one that
+// draws random numbers.
 func TestResumeEqualsStraightRun(t *testing.T) {
+	for name, objective := range map[string]Objective{"next-token": NextToken, "random": droppedTargets} {
+		t.Run(name, func(t *testing.T) { testResume(t, objective) })
+	}
+}
+
+func testResume(t *testing.T, objective Objective) {
 	data := smallData()
 	cfg := smallConfig()
+	cfg.Objective = objective
 	ctx := context.Background()
 	m := microModel(t, microConfig(), 4)
 	straight, err := New(m, data, cfg)
@@ -333,8 +356,11 @@ func TestRunStops(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "canceled", rep.Stopped)
 
-	rep, err = tr.Run(context.Background(), RunOptions{Steps: 2, LogEvery: 1})
+	var progress, logs strings.Builder
+	rep, err = tr.Run(context.Background(), RunOptions{Steps: 2, LogEvery: 1, Progress: &progress, Log: &logs})
 	require.NoError(t, err)
+	require.Contains(t, progress.String(), "tok/s")
+	require.Contains(t, logs.String(), "step 2/2  loss ")
 	require.Equal(t, "done", rep.Stopped)
 	require.Equal(t, 2, rep.Steps)
 	require.Greater(t, rep.Last.Loss, 0.0)
