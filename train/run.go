@@ -46,8 +46,8 @@ type RunOptions struct {
 	Log io.Writer
 	// Progress, when set, shows a progress bar with the loss and tokens/s.
 	Progress io.Writer
-	// Eval, when set, is evaluated every EvalEvery steps (0: only at the end), over at
-	// most EvalBatches batches (0: all), with EvalBytes the size of its text (see
+	// Eval, when set, is evaluated every EvalEvery steps over at most EvalBatches
+	// batches (0: all), and wholly at the end, with EvalBytes the size of its text (see
 	// [Trainer.Evaluate]).
 	Eval        *Tokens
 	EvalBytes   int64
@@ -108,11 +108,11 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 	var busy time.Duration // wall time of the steps, evaluations and checkpoints excluded
 	var pace time.Duration // per step, over the last interval
 	intervalStart, intervalSteps := time.Now(), 0
-	evaluate := func() error {
+	evaluate := func(batches int) error {
 		if opts.Eval == nil {
 			return nil
 		}
-		e, err := t.Evaluate(ctx, opts.Eval, opts.EvalBytes, opts.EvalBatches)
+		e, err := t.Evaluate(ctx, opts.Eval, opts.EvalBytes, batches)
 		if err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 			}
 		}
 		if evalNow {
-			if err := evaluate(); err != nil {
+			if err := evaluate(opts.EvalBatches); err != nil {
 				return rep, err
 			}
 		}
@@ -209,7 +209,7 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 		rep.MFU = rep.TokensPerSecond * flops / PeakFLOPS
 	}
 	if rep.Stopped != "canceled" {
-		if err := evaluate(); err != nil {
+		if err := evaluate(0); err != nil {
 			return rep, err
 		}
 	}

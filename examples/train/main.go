@@ -107,12 +107,12 @@ func main() {
 	flag.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	flag.Parse()
 	start := time.Now()
-	if err := run(f, start); err != nil {
+	if err := run(f, start, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(f flags, start time.Time) error {
+func run(f flags, start time.Time, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var b compute.Backend
@@ -140,9 +140,9 @@ func run(f flags, start time.Time) error {
 	}
 	switch f.stage {
 	case "ar":
-		return trainAR(ctx, b, f, dtype, start)
+		return trainAR(ctx, b, f, dtype, start, out)
 	case "eval":
-		return evaluate(ctx, b, f, dtype)
+		return evaluate(ctx, b, f, dtype, out)
 	}
 	return fmt.Errorf("-stage %q: want ar or eval", f.stage)
 }
@@ -155,7 +155,7 @@ func readOptional(path string) (*train.Tokens, error) {
 	return train.ReadTokens(path)
 }
 
-func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, start time.Time) error {
+func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, start time.Time, out io.Writer) error {
 	if f.trainPath == "" {
 		return errors.New("-stage ar needs -train")
 	}
@@ -248,18 +248,9 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 	if f.maxTime > 0 {
 		opts.Deadline = start.Add(f.maxTime - f.reserve)
 	}
-	// The periodic evaluations may be bounded; the last one covers the whole split.
 	rep, err := tr.Run(ctx, opts)
 	if err != nil {
 		return err
-	}
-	final := rep.Eval
-	if heldOut != nil && f.evalBatches > 0 {
-		e, err := tr.Evaluate(ctx, heldOut, f.heldOutBytes, 0)
-		if err != nil {
-			return err
-		}
-		final = &e
 	}
 	var trainEval *train.Eval
 	if f.trainBytes > 0 {
@@ -269,7 +260,7 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 		}
 		trainEval = &e
 	}
-	return summary(os.Stdout, rep, final, trainEval, n, time.Since(start))
+	return summary(out, rep, rep.Eval, trainEval, n, time.Since(start))
 }
 
 // summary prints the run's figures as a table.
@@ -299,7 +290,7 @@ func summary(w io.Writer, rep train.Report, heldOut, trainEval *train.Eval, para
 	return tw.Flush()
 }
 
-func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType) error {
+func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
 	if f.modelDir == "" || f.heldOutPath == "" {
 		return errors.New("-stage eval needs -model and -heldout")
 	}
@@ -316,6 +307,6 @@ func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTyp
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s: %s\n", f.modelDir, e)
-	return nil
+	_, err = fmt.Fprintf(out, "%s: %s\n", f.modelDir, e)
+	return err
 }
