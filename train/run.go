@@ -58,6 +58,10 @@ type RunOptions struct {
 	CheckpointDir   string
 	CheckpointEvery int
 	Save            SaveOptions
+	// FlopsPerToken is the work of a step per target for MFU; 0 is [FlopsPerToken] of
+	// the model over windows of the sequence length (objectives whose forward covers
+	// more, such as a doubled sequence, pass their own).
+	FlopsPerToken float64
 }
 
 // Report summarises a run.
@@ -88,7 +92,10 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 		every = 50
 	}
 	tokensPerStep := int64(t.cfg.Batch * t.cfg.SeqLen)
-	flops := FlopsPerToken(t.m.Config, t.cfg.SeqLen)
+	flops := opts.FlopsPerToken
+	if flops <= 0 {
+		flops = FlopsPerToken(t.m.Config, t.cfg.SeqLen)
+	}
 	var bar *progressbar.ProgressBar
 	if opts.Progress != nil {
 		bar = progressbar.NewOptions(target, progressbar.OptionSetWriter(opts.Progress), progressbar.OptionShowCount(),
