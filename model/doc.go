@@ -9,6 +9,12 @@
 // them for host-driven use: prefill, a denoise step that reads the cache, and a commit
 // that writes it.
 //
+// For training, [Model.TrainableParams] lists the weights, [Model.BindWeights] binds them
+// to a caller's graph nodes (float32 masters that graph.Gradient differentiates), and
+// [Model.ForwardTraining] runs a differentiable forward over explicit positions and
+// attention visibility; [Model.Save] and [WriteCheckpoint] write checkpoints that
+// [Load] opens.
+//
 // Shapes in doc comments use: b batch, w window length, s cache capacity, h hidden size,
 // v vocabulary, l layers.
 package model

@@ -1,0 +1,312 @@
+// Command train trains a model from token-ids files (format: package train's ReadTokens)
+// and evaluates checkpoints.
+//
+//	go run ./examples/train -stage ar -train train.ids -heldout heldout.ids -heldout-bytes 3145728 \
+//	    -hidden 512 -layers 8 -heads 8 -kv-heads 2 -ffn 1408 -seq 512 -batch 32 -tokens 100000000 \
+//	    -ckpt out/ar -max-time 9m30s
+//	go run ./examples/train -stage eval -model out/ar -heldout heldout.ids -heldout-bytes 3145728
+//
+// Stage ar trains a Llama-shaped model from scratch (or resumes the checkpoint in -ckpt
+// with -resume), writing checkpoints that model.Load opens: config.json (vocabulary
+// from the ids file's header, mask_token_id its last row, BOS and EOS from the flags or
+// the data), safetensors in bfloat16 sharded to -shard-bytes, and the optimizer state.
+// It stops cleanly before -max-time (less -reserve for the last evaluation and
+// checkpoint). Stage eval reports a checkpoint's held-out loss and bits per byte.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+
+	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/train"
+)
+
+// flags are the command's options.
+type flags struct {
+	stage                     string
+	backend                   string
+	trainPath, heldOutPath    string
+	heldOutBytes, trainBytes  int64
+	modelDir                  string
+	hidden, layers, heads, kv int
+	headDim, ffn, maxPos      int
+	ropeTheta                 float64
+	untied                    bool
+	bos, eos                  int
+	seq, batch, steps         int
+	tokens                    int64
+	lr, minLR, wd, clip       float64
+	warmup                    int
+	seed                      uint64
+	dtype                     string
+	logEvery, evalEvery       int
+	evalBatches               int
+	ckpt                      string
+	ckptEvery                 int
+	resume                    bool
+	maxTime, reserve          time.Duration
+	shardBytes                int64
+	quiet                     bool
+}
+
+func main() {
+	log.SetFlags(0)
+	var f flags
+	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model) or eval (evaluate -model)")
+	flag.StringVar(&f.backend, "backend", "", "GoMLX backend configuration (default: the library's choice)")
+	flag.StringVar(&f.trainPath, "train", "", "training token-ids file")
+	flag.StringVar(&f.heldOutPath, "heldout", "", "held-out token-ids file, evaluated every -eval-every steps and at the end")
+	flag.Int64Var(&f.heldOutBytes, "heldout-bytes", 0, "bytes of text the held-out ids encode, for bits per byte")
+	flag.Int64Var(&f.trainBytes, "train-bytes", 0, "bytes of text the training ids encode: when set, the whole training split is evaluated at the end too")
+	flag.StringVar(&f.modelDir, "model", "", "checkpoint folder to evaluate (stage eval)")
+	flag.IntVar(&f.hidden, "hidden", 512, "hidden size")
+	flag.IntVar(&f.layers, "layers", 8, "layers")
+	flag.IntVar(&f.heads, "heads", 8, "attention heads")
+	flag.IntVar(&f.kv, "kv-heads", 2, "key/value heads")
+	flag.IntVar(&f.headDim, "head-dim", 0, "head size (default: hidden/heads)")
+	flag.IntVar(&f.ffn, "ffn", 1408, "MLP intermediate size")
+	flag.IntVar(&f.maxPos, "max-pos", 4096, "max_position_embeddings written to config.json")
+	flag.Float64Var(&f.ropeTheta, "rope-theta", 10000, "rotary base")
+	flag.BoolVar(&f.untied, "untied", false, "a head of its own instead of the tied embeddings")
+	flag.IntVar(&f.bos, "bos", -1, "BOS id (default: the training data's first token)")
+	flag.IntVar(&f.eos, "eos", -1, "EOS id (default: the training data's last token)")
+	flag.IntVar(&f.seq, "seq", 512, "targets per row (rows hold one token more)")
+	flag.IntVar(&f.batch, "batch", 32, "rows per step")
+	flag.IntVar(&f.steps, "steps", 0, "steps of the schedule (default: from -tokens)")
+	flag.Int64Var(&f.tokens, "tokens", 100_000_000, "token budget, when -steps is 0: steps = tokens/(batch·seq)")
+	flag.Float64Var(&f.lr, "lr", 3e-3, "peak learning rate")
+	flag.Float64Var(&f.minLR, "min-lr", 3e-4, "learning rate at the end of the cosine decay")
+	flag.IntVar(&f.warmup, "warmup", 200, "warmup steps")
+	flag.Float64Var(&f.wd, "wd", 0.1, "decoupled weight decay of the linear layers")
+	flag.Float64Var(&f.clip, "clip", 1, "global gradient norm bound (0: none)")
+	flag.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights, the data order and the objective")
+	flag.StringVar(&f.dtype, "dtype", "", "compute dtype: bfloat16 or float32 (default: the backend's)")
+	flag.IntVar(&f.logEvery, "log-every", 50, "steps between loss reads, log lines and progress updates")
+	flag.IntVar(&f.evalEvery, "eval-every", 0, "steps between held-out evaluations (0: at the end only)")
+	flag.IntVar(&f.evalBatches, "eval-batches", 0, "bound on the batches of the periodic evaluations (0: all); the last one covers everything")
+	flag.StringVar(&f.ckpt, "ckpt", "", "checkpoint folder to write")
+	flag.IntVar(&f.ckptEvery, "ckpt-every", 0, "steps between checkpoints (0: at the end only)")
+	flag.BoolVar(&f.resume, "resume", false, "resume from -ckpt when it holds a checkpoint")
+	flag.DurationVar(&f.maxTime, "max-time", 0, "wall time the command may take (0: no bound)")
+	flag.DurationVar(&f.reserve, "reserve", 45*time.Second, "part of -max-time kept for the last evaluation and checkpoint")
+	flag.Int64Var(&f.shardBytes, "shard-bytes", 15<<20, "bound on each checkpoint file (0: one file each)")
+	flag.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	flag.Parse()
+	start := time.Now()
+	if err := run(f, start, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(f flags, start time.Time, out io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var b compute.Backend
+	var err error
+	if f.backend != "" {
+		b, err = backend.NewWithConfig(f.backend)
+		log.Printf("backend: %s", f.backend)
+	} else {
+		var choice backend.Choice
+		b, choice, err = backend.New()
+		log.Printf("backend: %s", choice)
+	}
+	if err != nil {
+		return err
+	}
+	dtype := dtypes.InvalidDType
+	switch f.dtype {
+	case "":
+	case "bfloat16", "bf16":
+		dtype = dtypes.BFloat16
+	case "float32", "f32":
+		dtype = dtypes.Float32
+	default:
+		return fmt.Errorf("-dtype %q: want bfloat16 or float32", f.dtype)
+	}
+	switch f.stage {
+	case "ar":
+		return trainAR(ctx, b, f, dtype, start, out)
+	case "eval":
+		return evaluate(ctx, b, f, dtype, out)
+	}
+	return fmt.Errorf("-stage %q: want ar or eval", f.stage)
+}
+
+// readOptional reads a token-ids file, or returns nil for an empty path.
+func readOptional(path string) (*train.Tokens, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return train.ReadTokens(path)
+}
+
+func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, start time.Time, out io.Writer) error {
+	if f.trainPath == "" {
+		return errors.New("-stage ar needs -train")
+	}
+	data, err := train.ReadTokens(f.trainPath)
+	if err != nil {
+		return err
+	}
+	heldOut, err := readOptional(f.heldOutPath)
+	if err != nil {
+		return err
+	}
+	if heldOut != nil && heldOut.Vocab != data.Vocab {
+		return fmt.Errorf("%s has a vocabulary of %d, %s of %d", f.heldOutPath, heldOut.Vocab, f.trainPath, data.Vocab)
+	}
+	if len(data.IDs) == 0 {
+		return fmt.Errorf("%s holds no tokens", f.trainPath)
+	}
+	bos, eos := f.bos, f.eos
+	if bos < 0 {
+		bos = int(data.IDs[0])
+	}
+	if eos < 0 {
+		eos = int(data.IDs[len(data.IDs)-1])
+	}
+	if bos == eos {
+		return fmt.Errorf("BOS and EOS are both %d: pass -bos and -eos", bos)
+	}
+	headDim := f.headDim
+	if headDim == 0 && f.heads > 0 {
+		headDim = f.hidden / f.heads
+	}
+	cfg := model.Config{
+		Architecture: model.ArchLlama, VocabSize: data.Vocab, HiddenSize: f.hidden, IntermediateSize: f.ffn,
+		NumLayers: f.layers, NumHeads: f.heads, NumKVHeads: f.kv, HeadDim: headDim,
+		MaxPositionEmbeddings: max(f.maxPos, f.seq+1), RMSNormEps: 1e-5, RopeTheta: f.ropeTheta, RopeAttentionFactor: 1,
+		TieWordEmbeddings: !f.untied, ScaleEmb: 1, DimModelBase: float64(f.hidden),
+		BOSTokenID: bos, EOSTokenIDs: []int{eos}, MaskTokenID: data.Vocab - 1,
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	steps := f.steps
+	if steps <= 0 {
+		steps = int((f.tokens + int64(f.batch*f.seq) - 1) / int64(f.batch*f.seq))
+	}
+	m, err := model.NewRandom(b, cfg, dtypes.Float32, int64(f.seed))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	params, err := m.TrainableParams()
+	if err != nil {
+		return err
+	}
+	var n int64
+	for _, p := range params {
+		n += int64(p.Tensor.Shape().Size())
+	}
+	log.Printf("model: %d parameters (hidden %d, %d layers, %d heads × %d, %d KV heads, FFN %d, vocab %d, tied %v); %d steps of %d×%d tokens",
+		n, cfg.HiddenSize, cfg.NumLayers, cfg.NumHeads, cfg.HeadDim, cfg.NumKVHeads, cfg.IntermediateSize, cfg.VocabSize,
+		cfg.TieWordEmbeddings, steps, f.batch, f.seq)
+	compileStart := time.Now()
+	tr, err := train.New(m, data, train.Config{
+		DType: dtype, Batch: f.batch, SeqLen: f.seq,
+		Schedule: train.Schedule{Peak: f.lr, Min: f.minLR, Warmup: f.warmup, Total: steps},
+		AdamW:    train.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: f.wd},
+		Clip:     f.clip, Seed: f.seed, BOS: bos,
+	})
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	log.Printf("step program compiled in %.1fs", time.Since(compileStart).Seconds())
+	if f.resume && f.ckpt != "" {
+		if _, err := os.Stat(filepath.Join(f.ckpt, train.StateFileName)); err == nil {
+			if err := tr.Restore(f.ckpt); err != nil {
+				return err
+			}
+			log.Printf("resumed from %s at step %d", f.ckpt, tr.Steps())
+		}
+	}
+	opts := train.RunOptions{
+		Steps: steps, LogEvery: f.logEvery, Log: os.Stderr,
+		Eval: heldOut, EvalBytes: f.heldOutBytes, EvalEvery: f.evalEvery, EvalBatches: f.evalBatches,
+		CheckpointDir: f.ckpt, CheckpointEvery: f.ckptEvery, Save: train.SaveOptions{MaxShardBytes: f.shardBytes},
+	}
+	if !f.quiet {
+		opts.Progress = os.Stderr
+	}
+	if f.maxTime > 0 {
+		opts.Deadline = start.Add(f.maxTime - f.reserve)
+	}
+	rep, err := tr.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	var trainEval *train.Eval
+	if f.trainBytes > 0 {
+		e, err := tr.Evaluate(ctx, data, f.trainBytes, 0)
+		if err != nil {
+			return err
+		}
+		trainEval = &e
+	}
+	return summary(out, rep, rep.Eval, trainEval, n, time.Since(start))
+}
+
+// summary prints the run's figures as a table.
+func summary(w io.Writer, rep train.Report, heldOut, trainEval *train.Eval, params int64, wall time.Duration) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...)
+	}
+	row("stopped", "%s at step %d", rep.Stopped, rep.Steps)
+	row("parameters", "%d", params)
+	row("tokens this run", "%d", rep.Tokens)
+	row("tokens/s", "%.0f", rep.TokensPerSecond)
+	row("MFU (790 TFLOP/s)", "%.1f%%", 100*rep.MFU)
+	row("train loss (last interval)", "%.4f", rep.Last.Loss)
+	for _, e := range []struct {
+		name string
+		eval *train.Eval
+	}{{"train split", trainEval}, {"held-out", heldOut}} {
+		if e.eval != nil {
+			row(e.name+" loss", "%.4f nats/token (%d targets)", e.eval.Loss, e.eval.Targets)
+			if e.eval.BitsPerByte > 0 {
+				row(e.name+" bits/byte", "%.4f", e.eval.BitsPerByte)
+			}
+		}
+	}
+	row("wall time", "%s", wall.Round(time.Second))
+	return tw.Flush()
+}
+
+func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
+	if f.modelDir == "" || f.heldOutPath == "" {
+		return errors.New("-stage eval needs -model and -heldout")
+	}
+	data, err := train.ReadTokens(f.heldOutPath)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(b, f.modelDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	e, err := train.Evaluate(ctx, m, data, train.EvalOptions{Batch: f.batch, SeqLen: f.seq, BOS: m.Config.BOSTokenID, Bytes: f.heldOutBytes})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s: %s\n", f.modelDir, e)
+	return err
+}

@@ -1,0 +1,16 @@
+// Package train trains the models of package model from token-ids files: the step
+// program (forward, loss, gradients, AdamW with a warmup and cosine schedule and
+// global-norm clipping) runs as one execution over float32 master weights and optimizer
+// state that stay on the device from one step to the next, computing in bfloat16 or
+// float32. The loss is pluggable ([Objective]): [NextToken] trains an autoregressive
+// model; a block-diffusion conversion plugs its own into the same trainer.
+//
+// A [Trainer] checkpoints into a folder that model.Load opens (config.json and
+// safetensors in Hugging Face's layout, sharded to a size bound) plus the optimizer
+// state beside it, from which [Trainer.Restore] resumes exactly. [Evaluate] measures
+// the mean loss and bits per byte of held-out text.
+//
+// Token-ids files (see [ReadTokens]) hold documents concatenated, each as BOS, its
+// tokens and EOS. Training rows are windows of them; within a row, attention and
+// positions restart at each BOS, so that documents do not see each other.
+package train
