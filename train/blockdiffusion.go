@@ -72,19 +72,28 @@ type noisedWindows struct {
 // block ends of block sizes 2, 4 and 8 are among them.
 const cleanRowsPer = 4
 
-// buildNoised builds the doubled windows from clean tokens x0 [b, L] int32, the block size
-// (an int32 scalar node dividing 4·L/4's positions, see cleanRowsPer), rates [b, L] uniform
-// in [0, 1) (block j's masking rate comes from rates[:, j]) and draws u [b, L] uniform in [0, 1).
-func (o BlockDiffusion) buildNoised(x0, blockSize, rates, u *Node) noisedWindows {
+// buildNoised builds the doubled windows from clean tokens x0 [b, L] int32 and their
+// documents segments [b, L] int32 (nil: one document; attention and targets stay within a
+// document, and a negative segment marks a pad, which is never scored), the block size (an
+// int32 scalar node: 4 or 8, see cleanRowsPer), rates [b, L] uniform in [0, 1) (block j's
+// masking rate comes from rates[:, j]) and draws u [b, L] uniform in [0, 1). Blocks are
+// aligned to the window: rotary positions are relative, and windows start anywhere in a
+// document, so a block's phase against its document's start carries no information.
+func (o BlockDiffusion) buildNoised(x0, segments, blockSize, rates, u *Node) noisedWindows {
 	g := x0.Graph()
 	b, l := x0.Shape().Dimensions[0], x0.Shape().Dimensions[1]
 	i32 := func(v int) *Node { return Const(g, int32(v)) }
 	pos := Iota(g, shapes.Make(dtypes.Int32, l), 0) // [L]
+	if segments == nil {
+		segments = Zeros(g, shapes.Make(dtypes.Int32, b, l))
+	}
+	x0 = MaxScalar(x0, 0) // pads read any row; nothing but pads sees them
 
 	// The masks: offsets 1.. of each block, each masked with its block's rate t.
 	t := Gather(rates, stackIndices(g, b, l, Div(pos, blockSize))) // [b, L]
 	t = AddScalar(MulScalar(t, 1-o.MinRate), o.MinRate)
-	maskable := BroadcastToDims(InsertAxes(NotEqual(Rem(pos, blockSize), i32(0)), 0), b, l)
+	maskable := LogicalAnd(BroadcastToDims(InsertAxes(NotEqual(Rem(pos, blockSize), i32(0)), 0), b, l),
+		GreaterOrEqual(segments, i32(0)))
 	hit := LessThan(u, t)
 	masks := Concatenate([]*Node{LogicalAnd(maskable, hit), LogicalAnd(maskable, LogicalNot(hit))}, 0) // [2b, L]
 	clean := Concatenate([]*Node{x0, x0}, 0)                                                           // [2b, L]
@@ -104,7 +113,12 @@ func (o BlockDiffusion) buildNoised(x0, blockSize, rates, u *Node) noisedWindows
 		LogicalOr(
 			LogicalAnd(LogicalAnd(qNoisy, kNoisy), Equal(qBlock, kBlock)),
 			LogicalAnd(LogicalAnd(qNoisy, kClean), GreaterThan(qBlock, kBlock))),
-		LogicalAnd(LogicalAnd(qClean, kClean), GreaterOrEqual(qBlock, kBlock)))
+		LogicalAnd(LogicalAnd(qClean, kClean), GreaterOrEqual(qBlock, kBlock))) // [2L, 2L]
+	seg2 := Concatenate([]*Node{segments, segments}, 1)        // [b, 2L]
+	sameDoc := Equal(InsertAxes(seg2, 2), InsertAxes(seg2, 1)) // [b, 2L, 2L]
+	visible = LogicalAnd(Concatenate([]*Node{sameDoc, sameDoc}, 0), InsertAxes(visible, 0))
+	// A pad alone in its block sees nothing: let it see itself (nothing else sees it).
+	visible = LogicalOr(visible, InsertAxes(Equal(Iota(g, shapes.Make(dtypes.Int32, 2*l, 2*l), 0), Iota(g, shapes.Make(dtypes.Int32, 2*l, 2*l), 1)), 0))
 
 	// Scored rows: the noisy positions 0..L-1, then the clean positions 4k+3.
 	nc := l / cleanRowsPer
@@ -120,30 +134,36 @@ func (o BlockDiffusion) buildNoised(x0, blockSize, rates, u *Node) noisedWindows
 	rowsOf := func(x *Node) *Node { return BroadcastToDims(InsertAxes(x, 0), 2*b, r) }
 	f32 := func(x *Node) *Node { return ConvertDType(x, dtypes.Float32) }
 	nextMasked := Gather(masks, stackIndices(g, 2*b, r, next)) // [2b, r]
+	// A target counts within its row's document, and never on a pad.
+	rowPos := Rem(rows, i32(l))
+	segs := Concatenate([]*Node{segments, segments}, 0) // [2b, L]
+	rowSeg := Gather(segs, stackIndices(g, 2*b, r, rowPos))
+	nextSeg := Gather(segs, stackIndices(g, 2*b, r, next))
+	valid := LogicalAnd(Equal(rowSeg, nextSeg), GreaterOrEqual(nextSeg, i32(0)))
 	return noisedWindows{
 		win:        model.TrainingWindow{Tokens: tokens, Positions: positions, Visible: visible, LogitIndices: rowsOf(rows)},
 		targets:    Gather(clean, stackIndices(g, 2*b, r, next)),
-		masked:     f32(LogicalAnd(nextMasked, rowsOf(LogicalAnd(isNoisy, inWindow)))),
-		anchor:     f32(rowsOf(LogicalAnd(nextIsAnchor, LogicalNot(isNoisy)))),
-		guess:      f32(rowsOf(LogicalAnd(nextIsAnchor, isNoisy))),
+		masked:     f32(LogicalAnd(valid, LogicalAnd(nextMasked, rowsOf(LogicalAnd(isNoisy, inWindow))))),
+		anchor:     f32(LogicalAnd(valid, rowsOf(LogicalAnd(nextIsAnchor, LogicalNot(isNoisy))))),
+		guess:      f32(LogicalAnd(valid, rowsOf(LogicalAnd(nextIsAnchor, isNoisy)))),
 		maskable:   maskable,
 		hit:        hit,
 		anchorRows: BroadcastToDims(InsertAxes(cleanPos, 0), b, nc),
 	}
 }
 
-// Loss builds the objective's terms for clean windows x0 [b, L] int32 (L a multiple of 4
-// and of the block size) under the model's weights w, bound to trainable nodes, and the
+// Loss builds the objective's terms for clean windows x0 [b, L] int32 of documents
+// segments [b, L] (see buildNoised; L a multiple of 4 and of the block size) under the model's weights w, bound to trainable nodes, and the
 // frozen base's weights base (nil when KLWeight is 0). blockSize is an int32 scalar node;
 // rates and u are [b, L] float32 uniform draws in [0, 1) (see buildNoised). dtype is the
 // compute dtype.
-func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, blockSize, rates, u *Node, dtype dtypes.DType) BlockDiffusionTerms {
+func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, segments, blockSize, rates, u *Node, dtype dtypes.DType) BlockDiffusionTerms {
 	g := x0.Graph()
 	b, l := x0.Shape().Dimensions[0], x0.Shape().Dimensions[1]
-	nw := o.buildNoised(x0, blockSize, rates, u)
+	nw := o.buildNoised(x0, segments, blockSize, rates, u)
 	win := nw.win
 	win.DType = dtype
-	logp := LogSoftmax(m.ForwardTraining(w, win)) // [2b, r, v]
+	logp := LogSoftmax(m.ForwardTraining(w, win))   // [2b, r, v]
 	ce := Neg(Gather(logp, gatherLast(nw.targets))) // [2b, r]
 	mean := func(sel *Node) *Node {
 		return Div(ReduceAllSum(Mul(ce, sel)), Max(ReduceAllSum(sel), Const(g, float32(1))))
@@ -151,10 +171,15 @@ func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, blockSi
 	terms := BlockDiffusionTerms{Masked: mean(nw.masked), Anchor: mean(nw.anchor), Guess: mean(nw.guess)}
 	terms.KL = Const(g, float32(0))
 	if o.KLWeight != 0 {
+		if segments == nil {
+			segments = Zeros(g, shapes.Make(dtypes.Int32, b, l))
+		}
+		sameDoc := Equal(InsertAxes(segments, 2), InsertAxes(segments, 1))
+		self := Equal(Iota(g, shapes.Make(dtypes.Int32, l, l), 0), Iota(g, shapes.Make(dtypes.Int32, l, l), 1))
 		baseWin := model.TrainingWindow{
-			Tokens:       x0,
+			Tokens:       MaxScalar(x0, 0),
 			Positions:    BroadcastToDims(InsertAxes(Iota(g, shapes.Make(dtypes.Int32, l), 0), 0), b, l),
-			Visible:      model.CausalVisibility(g, l),
+			Visible:      LogicalOr(LogicalAnd(sameDoc, InsertAxes(model.CausalVisibility(g, l), 0)), InsertAxes(self, 0)),
 			LogitIndices: nw.anchorRows,
 			DType:        dtype,
 		}

@@ -36,14 +36,14 @@ func tinyDiffusionModel(t *testing.T) *model.Model {
 // noisedHost is what buildNoised computes, from its definition, on the host.
 type noisedHost struct {
 	tokens  [][]int32
-	visible [][]bool
+	visible [][][]bool
 	targets [][]int32
 	masked  [][]float32
 	anchor  [][]float32
 	guess   [][]float32
 }
 
-func referenceNoised(x0 [][]int32, blockSize int, rates, u [][]float32, o BlockDiffusion) noisedHost {
+func referenceNoised(x0, segs [][]int32, blockSize int, rates, u [][]float32, o BlockDiffusion) noisedHost {
 	b, l := len(x0), len(x0[0])
 	var h noisedHost
 	masks := make([][]bool, 2*b)
@@ -53,7 +53,7 @@ func referenceNoised(x0 [][]int32, blockSize int, rates, u [][]float32, o BlockD
 			for p := range l {
 				t := float64(rates[i][p/blockSize])*(1-o.MinRate) + o.MinRate
 				hit := float64(u[i][p]) < t
-				row[p] = p%blockSize != 0 && hit == (c == 0)
+				row[p] = p%blockSize != 0 && hit == (c == 0) && segs[i][p] >= 0
 			}
 			masks[c*b+i] = row
 		}
@@ -62,21 +62,26 @@ func referenceNoised(x0 [][]int32, blockSize int, rates, u [][]float32, o BlockD
 		i := r % b
 		toks := make([]int32, 2*l)
 		for p := range l {
-			toks[p], toks[l+p] = x0[i][p], x0[i][p]
+			toks[p], toks[l+p] = max(x0[i][p], 0), max(x0[i][p], 0)
 			if masks[r][p] {
 				toks[p] = int32(o.MaskID)
 			}
 		}
 		h.tokens = append(h.tokens, toks)
 	}
-	for q := range 2 * l {
-		row := make([]bool, 2*l)
-		for k := range 2 * l {
-			qc, kc := q >= l, k >= l
-			qb, kb := (q%l)/blockSize, (k%l)/blockSize
-			row[k] = (!qc && !kc && qb == kb) || (!qc && kc && qb > kb) || (qc && kc && qb >= kb)
+	for r := range 2 * b {
+		var vis [][]bool
+		for q := range 2 * l {
+			row := make([]bool, 2*l)
+			for k := range 2 * l {
+				qc, kc := q >= l, k >= l
+				qb, kb := (q%l)/blockSize, (k%l)/blockSize
+				row[k] = (!qc && !kc && qb == kb) || (!qc && kc && qb > kb) || (qc && kc && qb >= kb)
+				row[k] = (row[k] && segs[r%b][q%l] == segs[r%b][k%l]) || q == k
+			}
+			vis = append(vis, row)
 		}
-		h.visible = append(h.visible, row)
+		h.visible = append(h.visible, vis)
 	}
 	var rows []int
 	for p := range l {
@@ -92,7 +97,8 @@ func referenceNoised(x0 [][]int32, blockSize int, rates, u [][]float32, o BlockD
 			noisy := row < l
 			next := row%l + 1
 			in := next < l
-			tg = append(tg, x0[r%b][min(next, l-1)])
+			tg = append(tg, max(x0[r%b][min(next, l-1)], 0))
+			in = in && segs[r%b][row%l] == segs[r%b][min(next, l-1)] && segs[r%b][min(next, l-1)] >= 0
 			m, a, g := float32(0), float32(0), float32(0)
 			if in && noisy && masks[r][next] {
 				m = 1
@@ -115,25 +121,31 @@ func TestBuildNoisedMatchesDefinition(t *testing.T) {
 	m := tinyDiffusionModel(t)
 	o := DefaultBlockDiffusion(m.Config.MaskTokenID)
 	const b, l = 2, 16
-	x0 := make([][]int32, b)
+	x0, segs := make([][]int32, b), make([][]int32, b)
 	rates, u := make([][]float32, b), make([][]float32, b)
 	for i := range b {
-		x0[i], rates[i], u[i] = make([]int32, l), make([]float32, l), make([]float32, l)
+		x0[i], segs[i], rates[i], u[i] = make([]int32, l), make([]int32, l), make([]float32, l), make([]float32, l)
 		for p := range l {
 			x0[i][p] = int32((i*11 + p*5 + 3) % 40)
+			if i == 1 && p >= 6 { // a second document from position 6, pads from 14
+				segs[i][p] = 1
+			}
+			if i == 1 && p >= 14 {
+				x0[i][p], segs[i][p] = -1, -1 // pads
+			}
 			rates[i][p] = float32((i*7+p*3)%10) / 10
 			u[i][p] = float32((i*3+p*7)%11) / 11
 		}
 	}
 	for _, blockSize := range []int{4, 8} {
-		want := referenceNoised(x0, blockSize, rates, u, o)
-		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
+		want := referenceNoised(x0, segs, blockSize, rates, u, o)
+		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
 		p, err := m.Compile("noised", inputs, func(_ *model.Weights, in []*Node) []*Node {
-			nw := o.buildNoised(in[0], in[1], in[2], in[3])
+			nw := o.buildNoised(in[0], in[1], in[2], in[3], in[4])
 			return []*Node{nw.win.Tokens, nw.win.Visible, nw.targets, nw.masked, nw.anchor, nw.guess}
 		})
 		require.NoError(t, err)
-		out, err := p.Run(tensors.FromValue(x0), tensors.FromValue(int32(blockSize)), tensors.FromValue(rates), tensors.FromValue(u))
+		out, err := p.Run(tensors.FromValue(x0), tensors.FromValue(segs), tensors.FromValue(int32(blockSize)), tensors.FromValue(rates), tensors.FromValue(u))
 		require.NoError(t, err)
 		require.Equal(t, want.tokens, out[0].Value(), "tokens, block %d", blockSize)
 		require.Equal(t, want.visible, out[1].Value(), "visibility, block %d", blockSize)
@@ -168,7 +180,7 @@ func TestNoisedWindowIsTheDecodersPass(t *testing.T) {
 	}
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, 1, l), shapes.Make(dtypes.Float32, 1, l)}
 	p, err := m.Compile("noised_logits", inputs, func(w *model.Weights, in []*Node) []*Node {
-		nw := o.buildNoised(in[0], in[1], in[2], in[3])
+		nw := o.buildNoised(in[0], nil, in[1], in[2], in[3])
 		return []*Node{m.ForwardTraining(w, nw.win)}
 	})
 	require.NoError(t, err)
@@ -221,7 +233,7 @@ func TestBlockDiffusionLossTerms(t *testing.T) {
 	const b, l = 2, 16
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
 	p, err := m.Compile("terms", inputs, func(w *model.Weights, in []*Node) []*Node {
-		terms := o.Loss(m, w, w, in[0], in[1], in[2], in[3], dtypes.Float32)
+		terms := o.Loss(m, w, w, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
 		return []*Node{terms.Loss, terms.Masked, terms.Anchor, terms.Guess, terms.KL, terms.MaskedFraction}
 	})
 	require.NoError(t, err)
