@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads best unqualified, as in GoMLX.
@@ -52,6 +54,10 @@ type BlockDiffusionTerms struct {
 	Masked, Anchor, Guess, KL *Node
 	// MaskedFraction is the fraction of maskable positions that were masked.
 	MaskedFraction *Node
+	// Sums [2] of the masked term's nats and scored targets, for the primary mask's copy
+	// and the complement's; of the anchor's and the guess's likewise (both copies).
+	MaskedNats, MaskedTargets                          *Node
+	AnchorNats, AnchorTargets, GuessNats, GuessTargets *Node
 }
 
 // noisedWindows is the doubled input of one conversion step and what its logits are scored on.
@@ -165,10 +171,13 @@ func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, segment
 	win.DType = dtype
 	logp := LogSoftmax(m.ForwardTraining(w, win))   // [2b, r, v]
 	ce := Neg(Gather(logp, gatherLast(nw.targets))) // [2b, r]
-	mean := func(sel *Node) *Node {
-		return Div(ReduceAllSum(Mul(ce, sel)), Max(ReduceAllSum(sel), Const(g, float32(1))))
-	}
-	terms := BlockDiffusionTerms{Masked: mean(nw.masked), Anchor: mean(nw.anchor), Guess: mean(nw.guess)}
+	one := Const(g, float32(1))
+	mean := func(sel *Node) *Node { return Div(ReduceAllSum(Mul(ce, sel)), Max(ReduceAllSum(sel), one)) }
+	perCopy := func(x *Node) *Node { return ReduceSum(Reshape(x, 2, -1), 1) } // [2]: primary, complement
+	terms := BlockDiffusionTerms{Masked: mean(nw.masked), Anchor: mean(nw.anchor), Guess: mean(nw.guess),
+		MaskedNats: perCopy(Mul(ce, nw.masked)), MaskedTargets: perCopy(nw.masked),
+		AnchorNats: ReduceAllSum(Mul(ce, nw.anchor)), AnchorTargets: ReduceAllSum(nw.anchor),
+		GuessNats: ReduceAllSum(Mul(ce, nw.guess)), GuessTargets: ReduceAllSum(nw.guess)}
 	terms.KL = Const(g, float32(0))
 	if o.KLWeight != 0 {
 		if segments == nil {
@@ -213,4 +222,56 @@ func gatherLast(idx *Node) *Node {
 func stackIndices(g *Graph, rows, n int, idx *Node) *Node {
 	shape := shapes.Make(dtypes.Int32, rows, n)
 	return Stack([]*Node{Iota(g, shape, 0), BroadcastToDims(InsertAxes(idx, 0), rows, n)}, -1)
+}
+
+// Curriculum sets the block size by step: LargeBlock until step LargeUntil, then Block.
+type Curriculum struct {
+	LargeBlock, LargeUntil, Block int
+}
+
+// blockSize is the curriculum's block size at step (an int32 scalar node).
+func (c Curriculum) blockSize(step *Node) *Node {
+	g := step.Graph()
+	if c.LargeUntil <= 0 || c.LargeBlock == 0 {
+		return Const(g, int32(c.Block))
+	}
+	return Where(LessThan(step, Const(g, int32(c.LargeUntil))), Const(g, int32(c.LargeBlock)), Const(g, int32(c.Block)))
+}
+
+// Validate checks that the block sizes are ones the objective scores (4 or 8) and that
+// they divide the window of seqLen tokens.
+func (c Curriculum) Validate(seqLen int) error {
+	for _, b := range []int{c.Block, c.LargeBlock} {
+		if b == 0 && c.LargeUntil <= 0 {
+			continue
+		}
+		if b != 4 && b != 8 {
+			return fmt.Errorf("train: block size %d: the conversion trains blocks of 4 or 8", b)
+		}
+		if seqLen%b != 0 {
+			return fmt.Errorf("train: block size %d does not divide the sequence length %d", b, seqLen)
+		}
+	}
+	return nil
+}
+
+// Objective is the conversion's [Objective] over the trainer's rows: each row's first
+// SeqLen tokens are the clean window, blocks of the curriculum's size at the step. It
+// reads Inputs.Base (the trainer's FrozenBase) when KLWeight is not 0. The loss's Nats and
+// Targets are the masked term's, so that evaluation reports the masked cross-entropy.
+func (o BlockDiffusion) Objective(c Curriculum) Objective {
+	return func(in *Inputs) Loss {
+		s := in.Tokens.Shape().Dimensions[1] - 1
+		b := in.Tokens.Shape().Dimensions[0]
+		first := func(x *Node) *Node { return SliceAxis(x, 1, AxisRange(0, s)) }
+		rates, u := in.Uniform(b, s), in.Uniform(b, s)
+		base := in.Base
+		if o.KLWeight == 0 {
+			base = nil
+		} else if base == nil {
+			panic(fmt.Errorf("train: the block-diffusion objective's KL term needs the trainer's FrozenBase"))
+		}
+		t := o.Loss(in.Model, in.Weights, base, first(in.Tokens), first(in.Segments), c.blockSize(in.Step), rates, u, in.DType)
+		return Loss{Value: t.Loss, Nats: ReduceAllSum(t.MaskedNats), Targets: ReduceAllSum(t.MaskedTargets)}
+	}
 }
