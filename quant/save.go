@@ -22,6 +22,10 @@ type SaveOptions struct {
 	// DenseDType stores the tensors that are not FP8 (embeddings, norms, unquantized
 	// linear layers): safetensors.BF16 (the default), F16 or F32.
 	DenseDType safetensors.DType
+	// ShardBytes, when positive, writes the weights as shards of at most that many bytes
+	// with an index (model-0000k-of-0000n.safetensors and model.safetensors.index.json)
+	// instead of one model.safetensors.
+	ShardBytes int64
 }
 
 // Save writes a model with FP8 linear layers as a compressed-tensors checkpoint folder
@@ -75,7 +79,11 @@ func Save(m *model.Model, dir string, opts SaveOptions) error {
 	if err := s.w.SetMetadata("format", "pt"); err != nil {
 		return err
 	}
-	if err := s.w.WriteFile(filepath.Join(dir, safetensors.SingleFileName)); err != nil {
+	if opts.ShardBytes > 0 {
+		if _, err := s.w.WriteShards(dir, "model", opts.ShardBytes); err != nil {
+			return fmt.Errorf("quant: writing weights: %w", err)
+		}
+	} else if err := s.w.WriteFile(filepath.Join(dir, safetensors.SingleFileName)); err != nil {
 		return fmt.Errorf("quant: writing weights: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(configJSON, '\n'), 0o644); err != nil {

@@ -202,3 +202,26 @@ func TestSaveErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("{"), 0o644))
 	require.Error(t, Save(m, t.TempDir(), SaveOptions{SourceConfig: bad}))
 }
+
+// TestSaveShards checks that a sharded FP8 checkpoint loads to the same logits as the
+// model saved.
+func TestSaveShards(t *testing.T) {
+	dir := fixtures.Subdirs(t, "models")[0]
+	cases := fixtures.LogitCases(t, dir)
+	m := loadFP8(t, dir, Options{})
+	defer m.Close()
+	want := allLogits(t, m, cases)
+	out := t.TempDir()
+	require.NoError(t, Save(m, out, SaveOptions{SourceConfig: dir, ShardBytes: 48 << 10}))
+	shards, err := filepath.Glob(filepath.Join(out, "model-*-of-*.safetensors"))
+	require.NoError(t, err)
+	require.Greater(t, len(shards), 1, "several shards")
+	for _, s := range shards {
+		info, err := os.Stat(s)
+		require.NoError(t, err)
+		require.LessOrEqual(t, info.Size(), int64(48<<10), s)
+	}
+	again := loadFP8(t, out, Options{})
+	defer again.Close()
+	assert.Equal(t, want, allLogits(t, again, cases))
+}

@@ -33,6 +33,9 @@ type EvalOptions struct {
 	DType dtypes.DType
 	// Objective is the loss; nil is [NextToken].
 	Objective Objective
+	// Base, when not nil, are frozen weights of the model's trainable parameters' shapes
+	// that the objective reads as Inputs.Base.
+	Base []*tensors.Tensor
 }
 
 // Eval is the result of an evaluation.
@@ -75,9 +78,16 @@ func newEvaluator(m *model.Model, weights []shapes.Shape, opts EvalOptions) (*ev
 	n := len(weights)
 	row := shapes.Make(dtypes.Int32, opts.Batch, opts.SeqLen+1)
 	inputs := append(append([]shapes.Shape(nil), weights...), RNGStateShape, row, row, row)
+	for _, b := range opts.Base {
+		inputs = append(inputs, b.Shape())
+	}
 	prog, err := compileProgram(m.Backend(), "train_eval", inputs, nil, func(in []*Node) []*Node {
 		objIn := &Inputs{Model: m, Weights: m.BindWeights(in[:n]), DType: opts.DType,
-			Tokens: in[n+1], Segments: in[n+2], Positions: in[n+3], BOS: opts.BOS, rng: in[n]}
+			Tokens: in[n+1], Segments: in[n+2], Positions: in[n+3], BOS: opts.BOS, rng: in[n],
+			Step: Const(in[0].Graph(), int32(EvalStep))}
+		if opts.Base != nil {
+			objIn.Base = m.BindWeights(in[n+4:])
+		}
 		loss := opts.Objective(objIn)
 		return []*Node{loss.Nats, loss.Targets}
 	})
@@ -104,7 +114,7 @@ func (e *evaluator) run(ctx context.Context, weights []*tensors.Tensor, data *To
 			break
 		}
 		batches++
-		inputs := append(append(append([]*tensors.Tensor(nil), weights...), rng), rows.tensors()...)
+		inputs := append(append(append(append([]*tensors.Tensor(nil), weights...), rng), rows.tensors()...), e.opts.Base...)
 		out, err := e.prog.run(inputs)
 		if err != nil {
 			return Eval{}, err
@@ -168,7 +178,7 @@ func (t *Trainer) Evaluate(ctx context.Context, data *Tokens, bytes int64, maxBa
 			shapesOf[i] = m.Shape()
 		}
 		e, err := newEvaluator(t.m, shapesOf, EvalOptions{Batch: t.cfg.Batch, SeqLen: t.cfg.SeqLen, BOS: t.cfg.BOS,
-			DType: t.dtype, Objective: t.cfg.Objective})
+			DType: t.dtype, Objective: t.cfg.Objective, Base: t.base()})
 		if err != nil {
 			return Eval{}, err
 		}

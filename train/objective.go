@@ -32,9 +32,18 @@ type Inputs struct {
 	Tokens, Segments, Positions *Node
 	// BOS is the id that starts each document.
 	BOS int
+	// Step is the step number, an int32 scalar (in evaluation, [EvalStep]), for objectives
+	// that change with training (a curriculum).
+	Step *Node
+	// Base holds the model's own weights, frozen (the trainer's starting point), when the
+	// trainer's Config.FrozenBase asks for them; nil otherwise.
+	Base *model.Weights
 
 	rng *Node // the random state, advanced by Uniform
 }
+
+// EvalStep is the step number evaluation programs give objectives: past any curriculum.
+const EvalStep = 1 << 30
 
 // Forward runs the model's training forward ([model.Model.ForwardTraining]) in the
 // compute dtype.

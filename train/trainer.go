@@ -35,6 +35,9 @@ type Config struct {
 	Objective Objective
 	// BOS is the id that starts every document.
 	BOS int
+	// FrozenBase passes the model's own weights, which training never changes, to the
+	// objective as Inputs.Base (e.g. to keep a converted model close to its base).
+	FrozenBase bool
 }
 
 // Trainer trains a model: it holds the float32 master weights and AdamW's moments on
@@ -148,11 +151,17 @@ func (t *Trainer) compileStep() error {
 	inPlace[len(inputs)] = len(inputs)
 	inputs = append(inputs, t.stats.Shape(), t.rng.Shape(), shapes.Make(dtypes.Int32), t.rowShape(t.cfg.Batch),
 		t.rowShape(t.cfg.Batch), t.rowShape(t.cfg.Batch))
+	for _, b := range t.base() {
+		inputs = append(inputs, b.Shape())
+	}
 	prog, err := compileProgram(t.backend, "train_step", inputs, inPlace, func(in []*Node) []*Node {
 		masters, m1, m2 := in[:n], in[n:2*n], in[2*n:3*n]
 		stats, rng, step := in[3*n], in[3*n+1], in[3*n+2]
 		objIn := &Inputs{Model: t.m, Weights: t.m.BindWeights(masters), DType: t.dtype,
-			Tokens: in[3*n+3], Segments: in[3*n+4], Positions: in[3*n+5], BOS: t.cfg.BOS, rng: rng}
+			Tokens: in[3*n+3], Segments: in[3*n+4], Positions: in[3*n+5], BOS: t.cfg.BOS, Step: step, rng: rng}
+		if t.cfg.FrozenBase {
+			objIn.Base = t.m.BindWeights(in[3*n+6:])
+		}
 		loss := t.cfg.Objective(objIn)
 		grads := Gradient(loss.Value, masters...)
 		grads, norm := clipByGlobalNorm(grads, t.cfg.Clip)
@@ -202,7 +211,7 @@ func (t *Trainer) Step() error {
 	inputs := make([]*tensors.Tensor, 0, 3*n+6)
 	inputs = append(append(append(inputs, t.masters...), t.moment1...), t.moment2...)
 	inputs = append(inputs, t.stats, t.rng, tensors.FromScalar(int32(t.step)))
-	inputs = append(inputs, rows.tensors()...)
+	inputs = append(append(inputs, rows.tensors()...), t.base()...)
 	out, err := t.prog.run(inputs)
 	if err != nil {
 		return err
@@ -217,6 +226,18 @@ func (t *Trainer) Step() error {
 	}
 	t.step++
 	return nil
+}
+
+// base returns the model's own weights when the objective reads them (Config.FrozenBase).
+func (t *Trainer) base() []*tensors.Tensor {
+	if !t.cfg.FrozenBase {
+		return nil
+	}
+	out := make([]*tensors.Tensor, len(t.params))
+	for i, p := range t.params {
+		out[i] = p.Tensor
+	}
+	return out
 }
 
 // tensors returns the rows' tokens, segments and positions as [rows, width] tensors.
