@@ -61,12 +61,26 @@ type flags struct {
 	maxTime, reserve          time.Duration
 	shardBytes                int64
 	quiet                     bool
+
+	// Conversion, selection and calibration.
+	baseDir, tokenizerDir        string
+	block, largeBlock            int
+	largeFrac                    float64
+	anchorWeight, guessWeight    float64
+	klWeight                     float64
+	promptsPath, evalPromptsPath string
+	maxPrompts, maxEvalPrompts   int
+	maxNew, evalBatch            int
+	thresholds, minReveals       string
+	batches                      string
+	calibPath, outDir            string
+	calibSeqs                    int
 }
 
 func main() {
 	log.SetFlags(0)
 	var f flags
-	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model) or eval (evaluate -model)")
+	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model), eval (evaluate -model), convert (fine-tune -base into a block-diffusion model), select (pick -model's decoder presets) or calibrate (FP8 -model into -out)")
 	flag.StringVar(&f.backend, "backend", "", "GoMLX backend configuration (default: the library's choice)")
 	flag.StringVar(&f.trainPath, "train", "", "training token-ids file")
 	flag.StringVar(&f.heldOutPath, "heldout", "", "held-out token-ids file, evaluated every -eval-every steps and at the end")
@@ -105,6 +119,26 @@ func main() {
 	flag.DurationVar(&f.reserve, "reserve", 45*time.Second, "part of -max-time kept for the last evaluation and checkpoint")
 	flag.Int64Var(&f.shardBytes, "shard-bytes", 15<<20, "bound on each checkpoint file (0: one file each)")
 	flag.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	flag.StringVar(&f.tokenizerDir, "tokenizer", "", "stage ar: folder whose tokenizer.json and tokenizer_config.json are copied into the checkpoint")
+	flag.StringVar(&f.baseDir, "base", "", "the autoregressive checkpoint (stages convert and select)")
+	flag.IntVar(&f.block, "block", 4, "block size of the conversion's end, the selection and the calibration")
+	flag.IntVar(&f.largeBlock, "large-block", 8, "stage convert: block size of the curriculum's first part (0: none)")
+	flag.Float64Var(&f.largeFrac, "large-frac", 0.3, "stage convert: fraction of the steps with -large-block")
+	flag.Float64Var(&f.anchorWeight, "anchor-weight", 1, "stage convert: weight of the commit's next-anchor term")
+	flag.Float64Var(&f.guessWeight, "guess-weight", 0.5, "stage convert: weight of the fused guess's term")
+	flag.Float64Var(&f.klWeight, "kl-weight", 1, "stage convert: weight of the KL term to the frozen base (0: none)")
+	flag.StringVar(&f.promptsPath, "prompts", "", "stage select: texts (gocorpus .jsonl.gz) of the validation split, whose documented functions prompt the sweep")
+	flag.StringVar(&f.evalPromptsPath, "eval-prompts", "", "stages select and calibrate: texts of the held-out split to report on")
+	flag.IntVar(&f.maxPrompts, "max-prompts", 64, "stage select: validation prompts")
+	flag.IntVar(&f.maxEvalPrompts, "max-eval-prompts", 128, "held-out prompts")
+	flag.IntVar(&f.maxNew, "max-new", 64, "new tokens per prompt")
+	flag.StringVar(&f.thresholds, "thresholds", "0.5,0.6,0.7,0.8,0.9,0.95", "stage select: thresholds swept")
+	flag.StringVar(&f.minReveals, "min-reveals", "1,2", "stage select: minimum reveals swept")
+	flag.StringVar(&f.batches, "batches", "1", "stage select: batch sizes of the held-out report")
+	flag.IntVar(&f.evalBatch, "eval-batch", 16, "rows per evaluation execution")
+	flag.StringVar(&f.calibPath, "calib", "", "stage calibrate: token-ids file (the validation split) to calibrate on")
+	flag.IntVar(&f.calibSeqs, "calib-seqs", 64, "stage calibrate: windows of -seq tokens to calibrate on")
+	flag.StringVar(&f.outDir, "out", "", "stage calibrate: folder of the FP8 checkpoint")
 	flag.Parse()
 	start := time.Now()
 	if err := run(f, start, os.Stdout); err != nil {
@@ -143,8 +177,14 @@ func run(f flags, start time.Time, out io.Writer) error {
 		return trainAR(ctx, b, f, dtype, start, out)
 	case "eval":
 		return evaluate(ctx, b, f, dtype, out)
+	case "convert":
+		return convertAR(ctx, b, f, dtype, start, out)
+	case "select":
+		return selectDecoder(ctx, b, f, dtype, out)
+	case "calibrate":
+		return calibrate(ctx, b, f, dtype, out)
 	}
-	return fmt.Errorf("-stage %q: want ar or eval", f.stage)
+	return fmt.Errorf("-stage %q: want ar, eval, convert, select or calibrate", f.stage)
 }
 
 // readOptional reads a token-ids file, or returns nil for an empty path.
@@ -251,6 +291,11 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 	rep, err := tr.Run(ctx, opts)
 	if err != nil {
 		return err
+	}
+	if f.tokenizerDir != "" && f.ckpt != "" {
+		if err := copyFiles(f.tokenizerDir, f.ckpt, tokenizerFiles...); err != nil {
+			return err
+		}
 	}
 	var trainEval *train.Eval
 	if f.trainBytes > 0 {

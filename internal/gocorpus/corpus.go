@@ -2,12 +2,15 @@ package gocorpus
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"iter"
 	"os"
@@ -368,4 +371,35 @@ func LoadDefault(ctx context.Context) (*Corpus, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNoToolchain, err)
 	}
 	return Load(ctx, root)
+}
+
+// maxTextsBytes bounds what ReadTexts decompresses.
+const maxTextsBytes = 1 << 30
+
+// ReadTexts reads the files of a split as the gocorpus command writes them: gzipped JSON
+// lines of {"path", "text", "ids"}; the ids are not kept.
+func ReadTexts(path string) ([]File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("gocorpus: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("gocorpus: %s: %w", path, err)
+	}
+	dec := json.NewDecoder(io.LimitReader(zr, maxTextsBytes))
+	var files []File
+	for {
+		var rec struct {
+			Path string `json:"path"`
+			Text string `json:"text"`
+		}
+		if err := dec.Decode(&rec); err == io.EOF {
+			return files, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("gocorpus: %s: %w", path, err)
+		}
+		files = append(files, File{Path: rec.Path, Text: rec.Text})
+	}
 }

@@ -8,8 +8,8 @@
 //	GOTOOLCHAIN=go1.27.3 go run ./internal/gocorpus/cmd/gocorpus -out DIR [-vocab 8192] [-root TOOLCHAIN_DIR] [-tokenizer DIR]
 //
 // It writes DIR/tokenizer/{tokenizer.json,tokenizer_config.json} (unless -tokenizer names
-// an existing one), DIR/{train,validation,heldout}.ids and DIR/heldout.jsonl.gz, one JSON
-// object {"path", "text", "ids"} per held-out file and then per synthetic text, the ids
+// an existing one), DIR/{train,validation,heldout}.ids and DIR/{validation,heldout}.jsonl.gz, one JSON
+// object {"path", "text", "ids"} per file (the held-out one then per synthetic text), the ids
 // without BOS and EOS.
 package main
 
@@ -120,7 +120,10 @@ func run(ctx context.Context, out, root, tokDir string, vocab int) error {
 		fmt.Printf("  %-10s %9d tokens (%d with BOS/EOS) %.4f tokens/byte %.2f bytes/token, encoded in %.1fs -> %s\n",
 			s, body, len(ids), float64(body)/float64(n), float64(n)/float64(body), secs, path)
 	}
-	return writeHeldOut(ctx, filepath.Join(out, "heldout.jsonl.gz"), tok, c.Split(gocorpus.HeldOut))
+	if err := writeTexts(ctx, filepath.Join(out, "validation.jsonl.gz"), tok, c.Split(gocorpus.Validation), false); err != nil {
+		return err
+	}
+	return writeTexts(ctx, filepath.Join(out, "heldout.jsonl.gz"), tok, c.Split(gocorpus.HeldOut), true)
 }
 
 // synthetic are texts beyond the corpus for the comparison with the Hugging Face library:
@@ -137,11 +140,14 @@ var synthetic = []string{
 	"",
 }
 
-// writeHeldOut checks the exact round trip of every held-out file and writes them with
-// their ids, then the synthetic texts as "synthetic/N", as gzipped JSON lines.
-func writeHeldOut(ctx context.Context, path string, tok *tokenizer.Tokenizer, files []gocorpus.File) error {
+// writeTexts checks the exact round trip of every file and writes them with their ids
+// (gocorpus.ReadTexts reads them), then, with synth, the synthetic texts as
+// "synthetic/N", as gzipped JSON lines.
+func writeTexts(ctx context.Context, path string, tok *tokenizer.Tokenizer, files []gocorpus.File, synth bool) error {
 	for i, s := range synthetic {
-		files = append(files, gocorpus.File{Path: fmt.Sprintf("synthetic/%d", i), Text: s})
+		if synth {
+			files = append(files, gocorpus.File{Path: fmt.Sprintf("synthetic/%d", i), Text: s})
+		}
 	}
 	f, err := os.Create(path)
 	if err != nil {

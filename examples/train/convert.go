@@ -1,0 +1,494 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+
+	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/internal/codeeval"
+	"github.com/blockdiff/blockdiff/internal/decodeeval"
+	"github.com/blockdiff/blockdiff/internal/gocorpus"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
+	"github.com/blockdiff/blockdiff/tokenizer"
+	"github.com/blockdiff/blockdiff/train"
+)
+
+// tokenizerFiles are the files a checkpoint folder needs besides its weights to be run by
+// examples/generate.
+var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json"}
+
+// copyFiles copies the named files of one folder into another, skipping absent ones.
+func copyFiles(from, to string, names ...string) error {
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(from, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convertAR fine-tunes the autoregressive checkpoint -base into a block-diffusion one.
+func convertAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, start time.Time, out io.Writer) error {
+	if f.baseDir == "" || f.trainPath == "" || f.ckpt == "" {
+		return errors.New("-stage convert needs -base, -train and -ckpt")
+	}
+	data, err := train.ReadTokens(f.trainPath)
+	if err != nil {
+		return err
+	}
+	heldOut, err := readOptional(f.heldOutPath)
+	if err != nil {
+		return err
+	}
+	base, err := model.Load(b, f.baseDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	cfg := base.Config
+	cur := train.Curriculum{Block: f.block, LargeBlock: f.largeBlock}
+	steps := f.steps
+	if steps <= 0 {
+		steps = int((f.tokens + int64(f.batch*f.seq) - 1) / int64(f.batch*f.seq))
+	}
+	if f.largeBlock > 0 {
+		cur.LargeUntil = int(f.largeFrac * float64(steps))
+	}
+	if err := cur.Validate(f.seq); err != nil {
+		return err
+	}
+	o := train.DefaultBlockDiffusion(cfg.MaskTokenID)
+	o.AnchorWeight, o.GuessWeight, o.KLWeight = f.anchorWeight, f.guessWeight, f.klWeight
+	log.Printf("convert %s: %d steps of %d×%d tokens, blocks of %d until step %d then %d; weights: anchor %g, guess %g, KL %g",
+		f.baseDir, steps, f.batch, f.seq, cur.LargeBlock, cur.LargeUntil, cur.Block, o.AnchorWeight, o.GuessWeight, o.KLWeight)
+	compileStart := time.Now()
+	tr, err := train.New(base, data, train.Config{
+		DType: dtype, Batch: f.batch, SeqLen: f.seq,
+		Schedule: train.Schedule{Peak: f.lr, Min: f.minLR, Warmup: f.warmup, Total: steps},
+		AdamW:    train.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: f.wd},
+		Clip:     f.clip, Seed: f.seed, BOS: cfg.BOSTokenID,
+		Objective:  o.Objective(cur),
+		FrozenBase: o.KLWeight != 0,
+	})
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	log.Printf("step program compiled in %.1fs", time.Since(compileStart).Seconds())
+	if f.resume {
+		if _, err := os.Stat(filepath.Join(f.ckpt, train.StateFileName)); err == nil {
+			if err := tr.Restore(f.ckpt); err != nil {
+				return err
+			}
+			log.Printf("resumed from %s at step %d", f.ckpt, tr.Steps())
+		}
+	}
+	// Per clean token: two masks, each a doubled window (forward and backward), and the
+	// base's forward.
+	opts := train.RunOptions{
+		Steps: steps, LogEvery: f.logEvery, Log: os.Stderr,
+		Eval: heldOut, EvalEvery: f.evalEvery, EvalBatches: f.evalBatches,
+		CheckpointDir: f.ckpt, CheckpointEvery: f.ckptEvery, Save: train.SaveOptions{MaxShardBytes: f.shardBytes},
+		FlopsPerToken: 4*train.FlopsPerToken(cfg, 2*f.seq) + train.FlopsPerToken(cfg, f.seq)/3,
+	}
+	if !f.quiet {
+		opts.Progress = os.Stderr
+	}
+	if f.maxTime > 0 {
+		opts.Deadline = start.Add(f.maxTime - f.reserve)
+	}
+	rep, err := tr.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := copyFiles(f.baseDir, f.ckpt, tokenizerFiles...); err != nil {
+		return err
+	}
+	return summary(out, rep, rep.Eval, nil, 0, time.Since(start))
+}
+
+// parseList parses a comma-separated list of numbers.
+func parseList[T int | float64](s, flagName string) ([]T, error) {
+	var out []T
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return nil, fmt.Errorf("-%s: %q is not a number", flagName, part)
+		}
+		out = append(out, T(v))
+	}
+	return out, nil
+}
+
+// loadPrompts reads code prompts from a gocorpus texts file.
+func loadPrompts(tok *tokenizer.Tokenizer, path string, n int) ([]decodeeval.Prompt, error) {
+	files, err := gocorpus.ReadTexts(path)
+	if err != nil {
+		return nil, err
+	}
+	var cf []codeeval.File
+	for _, f := range files {
+		cf = append(cf, codeeval.File{Path: f.Path, Data: []byte(f.Text)})
+	}
+	ps := codeeval.Prompts(cf, n, codeeval.PromptOptions{})
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("%s holds no documented functions to prompt with", path)
+	}
+	return decodeeval.Encode(tok, ps)
+}
+
+// measureRow prints one measure.
+func measureRow(w io.Writer, label string, m decodeeval.Measure) {
+	fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.3f\t%d/%d\t%.3f\t%.0f\n", label, m.TokensPerForward(), m.RemaskRate(), m.Agreement(),
+		m.Functions.Parsed, m.Functions.Closed, m.Functions.ParseRate(), m.TokensPerSecond())
+}
+
+const measureHeader = "decoder\ttokens/forward\tremask rate\tagreement@32\tparsed/closed\tparse rate\ttokens/s\n"
+
+// selectDecoder sweeps the converted model's decoder settings on validation prompts,
+// picks the presets from the data, records them in the checkpoint folder, and reports the
+// chosen presets against the AR base on held-out prompts.
+func selectDecoder(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
+	if f.modelDir == "" || f.baseDir == "" || f.promptsPath == "" {
+		return errors.New("-stage select needs -model, -base and -prompts")
+	}
+	thresholds, err := parseList[float64](f.thresholds, "thresholds")
+	if err != nil {
+		return err
+	}
+	minReveals, err := parseList[int](f.minReveals, "min-reveals")
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.LoadDir(f.modelDir)
+	if err != nil {
+		return err
+	}
+	conv, err := model.Load(b, f.modelDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		return err
+	}
+	defer conv.Close()
+	base, err := model.Load(b, f.baseDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	prompts, err := loadPrompts(tok, f.promptsPath, f.maxPrompts)
+	if err != nil {
+		return err
+	}
+	cfgOf := func(mode diffusion.Mode, threshold float64, minReveal int) diffusion.Config {
+		c := diffusion.DefaultConfig()
+		c.Mode, c.BlockSize, c.Threshold, c.MinReveal, c.MaxNewTokens = mode, f.block, threshold, minReveal, f.maxNew
+		return c
+	}
+	run := func(m *model.Model, c diffusion.Config, ps []decodeeval.Prompt, ref [][]int, batch int) (decodeeval.Measure, error) {
+		return decodeeval.Run(ctx, m, tok, ps, c, decodeeval.Options{Batch: batch, Reference: ref})
+	}
+	arCfg := cfgOf(diffusion.Autoregressive, 0.9, 1)
+	ref, err := run(base, arCfg, prompts, nil, f.batch)
+	if err != nil {
+		return err
+	}
+	ref.AgreedTokens, ref.Agreeable = 1, 1 // the reference agrees with itself
+	fmt.Fprintf(out, "validation: %d prompts from %s, %d new tokens, batch %d\n", len(prompts), f.promptsPath, f.maxNew, f.batch)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, measureHeader)
+	measureRow(tw, "AR base, autoregressive", ref)
+	own, err := run(conv, arCfg, prompts, ref.Outputs, f.batch)
+	if err != nil {
+		return err
+	}
+	measureRow(tw, "converted, autoregressive", own)
+	type candidate struct {
+		cfg  diffusion.Config
+		meas decodeeval.Measure
+	}
+	var cands []candidate
+	for _, mr := range minReveals {
+		for _, th := range thresholds {
+			c := cfgOf(diffusion.Fused, th, mr)
+			m, err := run(conv, c, prompts, ref.Outputs, f.batch)
+			if err != nil {
+				return err
+			}
+			cands = append(cands, candidate{c, m})
+			measureRow(tw, fmt.Sprintf("converted, fused τ %.2f k %d", th, mr), m)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Quality: the most tokens per forward whose parse rate is within 5 % of the AR base's
+	// and whose agreement is within 5 % of the best candidate's; speed: within 15 %.
+	bestAgree := 0.0
+	for _, c := range cands {
+		bestAgree = max(bestAgree, c.meas.Agreement())
+	}
+	pick := func(tol float64) (candidate, bool) {
+		var best candidate
+		found := false
+		for _, c := range cands {
+			ok := c.meas.Functions.ParseRate() >= (1-tol)*ref.Functions.ParseRate() && c.meas.Agreement() >= (1-tol)*bestAgree
+			if ok && (!found || c.meas.TokensPerForward() > best.meas.TokensPerForward()) {
+				best, found = c, true
+			}
+		}
+		return best, found
+	}
+	quality, okQ := pick(0.05)
+	speed, okS := pick(0.15)
+	if !okQ || !okS {
+		return fmt.Errorf("no decoder setting keeps the parse rate within 15 %% of the AR base's %.3f", ref.Functions.ParseRate())
+	}
+	presets := diffusion.Presets{
+		"quality": {BlockSize: quality.cfg.BlockSize, Threshold: quality.cfg.Threshold, MinReveal: quality.cfg.MinReveal},
+		"speed":   {BlockSize: speed.cfg.BlockSize, Threshold: speed.cfg.Threshold, MinReveal: speed.cfg.MinReveal},
+	}
+	if err := diffusion.WritePresets(f.modelDir, presets); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "picked: quality τ %.2f k %d (%.3f tokens/forward), speed τ %.2f k %d (%.3f); wrote %s\n",
+		quality.cfg.Threshold, quality.cfg.MinReveal, quality.meas.TokensPerForward(),
+		speed.cfg.Threshold, speed.cfg.MinReveal, speed.meas.TokensPerForward(),
+		filepath.Join(f.modelDir, diffusion.GenerationConfigFile))
+
+	if f.evalPromptsPath == "" {
+		return nil
+	}
+	return reportHeldOut(ctx, out, f, tok, base, conv, presets, run, cfgOf)
+}
+
+// reportHeldOut measures the AR base and the chosen presets on held-out prompts, at
+// several batch sizes, and the masked cross-entropy on held-out ids.
+func reportHeldOut(ctx context.Context, out io.Writer, f flags, tok *tokenizer.Tokenizer, base, conv *model.Model, presets diffusion.Presets,
+	run func(*model.Model, diffusion.Config, []decodeeval.Prompt, [][]int, int) (decodeeval.Measure, error),
+	cfgOf func(diffusion.Mode, float64, int) diffusion.Config) error {
+	prompts, err := loadPrompts(tok, f.evalPromptsPath, f.maxEvalPrompts)
+	if err != nil {
+		return err
+	}
+	batches, err := parseList[int](f.batches, "batches")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "held-out: %d prompts from %s, %d new tokens\n", len(prompts), f.evalPromptsPath, f.maxNew)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, measureHeader)
+	arCfg := cfgOf(diffusion.Autoregressive, 0.9, 1)
+	for _, batch := range batches {
+		ref, err := run(base, arCfg, prompts, nil, batch)
+		if err != nil {
+			return err
+		}
+		ref.AgreedTokens, ref.Agreeable = 1, 1
+		measureRow(tw, fmt.Sprintf("AR base, autoregressive, batch %d", batch), ref)
+		own, err := run(conv, arCfg, prompts, ref.Outputs, batch)
+		if err != nil {
+			return err
+		}
+		measureRow(tw, fmt.Sprintf("converted, autoregressive, batch %d", batch), own)
+		for _, name := range []string{"quality", "speed"} {
+			c, err := presets.Config(name)
+			if err != nil {
+				return err
+			}
+			c.MaxNewTokens = f.maxNew
+			m, err := run(conv, c, prompts, ref.Outputs, batch)
+			if err != nil {
+				return err
+			}
+			measureRow(tw, fmt.Sprintf("converted, %s (τ %.2f k %d), batch %d", name, c.Threshold, c.MinReveal, batch), m)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if f.heldOutPath == "" {
+		return nil
+	}
+	data, err := train.ReadTokens(f.heldOutPath)
+	if err != nil {
+		return err
+	}
+	ev, err := train.EvaluateBlockDiffusion(ctx, conv, data, train.BlockDiffusionEvalOptions{
+		BlockSize: f.block, Batch: f.evalBatch, SeqLen: f.seq, MaxBatches: f.evalBatches,
+		BOS: conv.Config.BOSTokenID, MaskID: conv.Config.MaskTokenID, Seed: 1})
+	if err != nil {
+		return err
+	}
+	arEval, err := train.Evaluate(ctx, base, data, train.EvalOptions{Batch: f.evalBatch, SeqLen: f.seq, BOS: base.Config.BOSTokenID,
+		MaxBatches: f.evalBatches})
+	if err != nil {
+		return err
+	}
+	convAR, err := train.Evaluate(ctx, conv, data, train.EvalOptions{Batch: f.evalBatch, SeqLen: f.seq, BOS: conv.Config.BOSTokenID,
+		MaxBatches: f.evalBatches})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "held-out teacher-forced cross-entropy (nats/token), blocks of %d:\n", f.block)
+	fmt.Fprintf(out, "  AR base, next token: %.4f; converted, next token (causal): %.4f\n", arEval.Loss, convAR.Loss)
+	for k, v := range ev.Masked {
+		fmt.Fprintf(out, "  converted, %d of %d masked: %.4f (%d targets)\n", k+1, f.block-1, v, ev.Targets[k])
+	}
+	fmt.Fprintf(out, "  converted, next anchor at a commit: %.4f; fused guess with one mask left: %.4f\n", ev.Anchor, ev.Guess)
+	return nil
+}
+
+// calibrate measures static FP8 scales on validation windows, quantizes the converted
+// model and writes it as the demo's folder, and compares FP8 with bf16 on held-out text.
+func calibrate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
+	if f.modelDir == "" || f.calibPath == "" || f.outDir == "" {
+		return errors.New("-stage calibrate needs -model, -calib and -out")
+	}
+	calData, err := train.ReadTokens(f.calibPath)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(b, f.modelDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var seqs [][]int
+	for i := 0; i+f.seq <= len(calData.IDs) && len(seqs) < f.calibSeqs; i += f.seq {
+		seq := make([]int, f.seq)
+		for j := range seq {
+			seq[j] = int(calData.IDs[i+j])
+		}
+		seqs = append(seqs, seq)
+	}
+	cal, err := quant.Calibrate(m, seqs, quant.CalibrateOptions{BlockSize: f.block})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "calibrated on %d validation windows of %d tokens, blocks of %d\n", cal.Sequences, f.seq, f.block)
+
+	var heldOut *train.Tokens
+	if f.heldOutPath != "" {
+		if heldOut, err = train.ReadTokens(f.heldOutPath); err != nil {
+			return err
+		}
+	}
+	var tok *tokenizer.Tokenizer
+	var prompts []decodeeval.Prompt
+	if f.evalPromptsPath != "" {
+		if tok, err = tokenizer.LoadDir(f.modelDir); err != nil {
+			return err
+		}
+		if prompts, err = loadPrompts(tok, f.evalPromptsPath, f.maxEvalPrompts); err != nil {
+			return err
+		}
+	}
+	presets, err := diffusion.LoadPresets(f.modelDir)
+	if err != nil {
+		return err
+	}
+	quality, err := presets.Config("quality")
+	if err != nil {
+		return err
+	}
+	quality.MaxNewTokens = f.maxNew
+	measure := func(label string, ref [][]int) ([][]int, error) {
+		line := label
+		if heldOut != nil {
+			ce, err := nextTokenLoss(m, heldOut, f.seq, f.evalBatches)
+			if err != nil {
+				return nil, err
+			}
+			line += fmt.Sprintf(": held-out next-token cross-entropy %.4f nats/token", ce)
+		}
+		var outputs [][]int
+		if prompts != nil {
+			meas, err := decodeeval.Run(ctx, m, tok, prompts, quality, decodeeval.Options{Batch: f.batch, Reference: ref})
+			if err != nil {
+				return nil, err
+			}
+			line += fmt.Sprintf("; quality preset on %d held-out prompts: %.3f tokens/forward, parse rate %.3f (%d/%d), agreement@32 with bf16 %.3f",
+				len(prompts), meas.TokensPerForward(), meas.Functions.ParseRate(), meas.Functions.Parsed, meas.Functions.Closed, meas.Agreement())
+			outputs = meas.Outputs
+		}
+		fmt.Fprintln(out, line)
+		return outputs, nil
+	}
+	ref, err := measure(fmt.Sprintf("%s (%.1f MB of weights)", m.DType, float64(m.WeightBytes())/1e6), nil)
+	if err != nil {
+		return err
+	}
+	if err := quant.QuantizeModel(m, quant.Options{Calibration: cal}); err != nil {
+		return err
+	}
+	if _, err := measure(fmt.Sprintf("FP8 (%.1f MB of weights)", float64(m.WeightBytes())/1e6), ref); err != nil {
+		return err
+	}
+	if err := quant.Save(m, f.outDir, quant.SaveOptions{SourceConfig: f.modelDir, ShardBytes: f.shardBytes}); err != nil {
+		return err
+	}
+	if err := copyFiles(f.modelDir, f.outDir, append(slices.Clone(tokenizerFiles), diffusion.GenerationConfigFile)...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote the FP8 checkpoint %s\n", f.outDir)
+	return nil
+}
+
+// nextTokenLoss is the mean causal next-token cross-entropy of windows of data (at most
+// maxWindows, 0: all), from the inference forward, so that it measures any model,
+// quantized ones included.
+func nextTokenLoss(m *model.Model, data *train.Tokens, seq, maxWindows int) (float64, error) {
+	var nats float64
+	var n int
+	for start, w := 0, 0; start+seq+1 <= len(data.IDs) && (maxWindows <= 0 || w < maxWindows); start, w = start+seq, w+1 {
+		window := make([]int, seq+1)
+		for i := range window {
+			window[i] = int(data.IDs[start+i])
+		}
+		logits, err := m.Logits(window[:seq], 1)
+		if err != nil {
+			return 0, err
+		}
+		for i, row := range logits {
+			next := window[i+1]
+			if next == m.Config.BOSTokenID {
+				continue // a new document: nothing predicts it
+			}
+			top := float32(math.Inf(-1))
+			for _, v := range row {
+				top = max(top, v)
+			}
+			var sum float64
+			for _, v := range row {
+				sum += math.Exp(float64(v - top))
+			}
+			nats += math.Log(sum) - float64(row[next]-top)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, errors.New("no held-out windows")
+	}
+	return nats / float64(n), nil
+}
