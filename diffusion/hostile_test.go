@@ -261,17 +261,19 @@ func TestWaitingHonoursTheContext(t *testing.T) {
 	require.ErrorIs(t, streamErr, context.DeadlineExceeded)
 	d.release()
 
-	paused := make(chan struct{})
-	resume := make(chan struct{})
+	paused, resume, finished := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		first := true
-		for range d.Stream(context.Background(), []int{5, 6}) {
+		var streamErr error
+		for _, err := range d.Stream(context.Background(), []int{5, 6}) {
+			streamErr = err
 			if first {
 				first = false
 				close(paused)
 				<-resume // the consumer holds the chunk
 			}
 		}
+		finished <- streamErr
 	}()
 	<-paused
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
@@ -279,11 +281,17 @@ func TestWaitingHonoursTheContext(t *testing.T) {
 	_, err = d.Generate(ctx, []int{5, 6})
 	close(resume)
 	require.NoError(t, err, "a paused stream does not hold the device")
+	require.NoError(t, <-finished, "the stream goes on")
 }
 
 // Configurations and requests out of range are errors, checked before anything runs:
-// block sizes above MaxBlockSize, too many new tokens, a nil or closed model.
+// block sizes above MaxBlockSize, too many new tokens, a nil or closed model. In a
+// child process under limits: a block of 1000 decoded for 11 minutes, and sizes that
+// overflow could exhaust memory.
 func TestHostileRequests(t *testing.T) {
+	if !testutil.InChild(t, 1<<30, 5*time.Minute) {
+		return
+	}
 	m := tinyModel(t)
 	for name, c := range map[string]struct {
 		edit func(*Config)

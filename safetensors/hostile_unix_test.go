@@ -61,3 +61,20 @@ func TestHugeIndexIsRefused(t *testing.T) {
 	var formatErr *FormatError
 	require.ErrorAs(t, err, &formatErr)
 }
+
+// A link to itself and a link out of the folder: the first is an error, the second is
+// followed (Hugging Face's cache links a snapshot's files to its blobs elsewhere).
+func TestSymbolicLinks(t *testing.T) {
+	dir := t.TempDir()
+	loop := filepath.Join(dir, SingleFileName)
+	require.NoError(t, os.Symlink(loop, loop))
+	_, err := OpenCheckpoint(dir)
+	require.ErrorContains(t, err, "too many levels of symbolic links")
+
+	blobs, snapshot := t.TempDir(), t.TempDir()
+	writeShard(t, blobs, "blob", "w")
+	require.NoError(t, os.Symlink(filepath.Join(blobs, "blob"), filepath.Join(snapshot, SingleFileName)))
+	ckpt, err := OpenCheckpoint(snapshot)
+	require.NoError(t, err)
+	require.NoError(t, ckpt.Close())
+}
