@@ -61,9 +61,8 @@ func ParseMode(s string) (Mode, error) {
 // or a preset.
 type Config struct {
 	// BlockSize is the number of positions per block (default 4, at most
-	// [MaxBlockSize]). Autoregressive mode
-	// decodes blocks of 1 whatever is set here, and counts BlockSize of its tokens as
-	// a block of BlocksPerReadback.
+	// [MaxBlockSize]). Autoregressive mode decodes blocks of 1 whatever is set here,
+	// and counts BlockSize of its tokens as a block of BlocksPerReadback.
 	BlockSize int
 	// Threshold τ: a masked position is revealed when its confidence is strictly
 	// greater (default 0.9).
@@ -92,7 +91,7 @@ type Config struct {
 	// denoise step), so a whole generation reads every BlocksPerReadback blocks, while
 	// a stream reads after its first block, so that text comes at once, and then after
 	// twice as many blocks as the read before, up to BlocksPerReadback. 1 reads after
-	// every block; [MaxBlocksPerReadback] is the most. Autoregressive mode, whose blocks are single tokens, reads after as
+	// every block. Autoregressive mode, whose blocks are single tokens, reads after as
 	// many tokens as the other modes: every BlocksPerReadback × BlockSize tokens. A
 	// cancelled context is seen at the next read, so fewer blocks answer it sooner: on
 	// an H200, 64 blocks take 0.14–0.42 s at batch 1 and 0.45–1.35 s at batch 64,
