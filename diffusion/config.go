@@ -4,6 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/blockdiff/blockdiff/model"
+)
+
+// Bounds on a configuration.
+const (
+	// MaxBlockSize is the largest block size. A block takes up to BlockSize+1 forwards
+	// of up to twice its positions, so its cost grows as its square: published
+	// block-diffusion checkpoints use blocks of 4 to 32.
+	MaxBlockSize = 128
+	// MaxBlocksPerReadback bounds BlocksPerReadback, which sizes the device loop's
+	// record of its iterations.
+	MaxBlocksPerReadback = 1024
 )
 
 // Mode selects how blocks are decoded.
@@ -47,9 +60,9 @@ func ParseMode(s string) (Mode, error) {
 // Config controls decoding. The zero value is not valid: start from [DefaultConfig]
 // or a preset.
 type Config struct {
-	// BlockSize is the number of positions per block (default 4). Autoregressive mode
-	// decodes blocks of 1 whatever is set here, and counts BlockSize of its tokens as
-	// a block of BlocksPerReadback.
+	// BlockSize is the number of positions per block (default 4, at most
+	// [MaxBlockSize]). Autoregressive mode decodes blocks of 1 whatever is set here,
+	// and counts BlockSize of its tokens as a block of BlocksPerReadback.
 	BlockSize int
 	// Threshold τ: a masked position is revealed when its confidence is strictly
 	// greater (default 0.9).
@@ -143,8 +156,8 @@ func Preset(name string) (Config, error) {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.BlockSize < 1 {
-		errs = append(errs, fmt.Errorf("block size must be at least 1, got %d", c.BlockSize))
+	if c.BlockSize < 1 || c.BlockSize > MaxBlockSize {
+		errs = append(errs, fmt.Errorf("block size must be at least 1 and at most %d, got %d", MaxBlockSize, c.BlockSize))
 	}
 	if c.Mode == Fused && c.BlockSize == 1 {
 		errs = append(errs, errors.New("fused mode needs a block size above 1 (use autoregressive mode)"))
@@ -155,17 +168,17 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.Threshold) || c.Threshold < 0 || c.Threshold > 1 {
 		errs = append(errs, fmt.Errorf("threshold must be in [0, 1], got %g", c.Threshold))
 	}
-	if c.MinReveal < 1 {
-		errs = append(errs, fmt.Errorf("minimum reveals per step must be at least 1, got %d", c.MinReveal))
+	if c.MinReveal < 1 || c.MinReveal > MaxBlockSize {
+		errs = append(errs, fmt.Errorf("minimum reveals per step must be at least 1 and at most %d, got %d", MaxBlockSize, c.MinReveal))
 	}
-	if c.MaxNewTokens < 1 {
-		errs = append(errs, fmt.Errorf("max new tokens must be at least 1, got %d", c.MaxNewTokens))
+	if c.MaxNewTokens < 1 || c.MaxNewTokens > model.MaxPositions {
+		errs = append(errs, fmt.Errorf("max new tokens must be at least 1 and at most %d (model.MaxPositions), got %d", model.MaxPositions, c.MaxNewTokens))
 	}
 	if math.IsNaN(c.Temperature) || c.Temperature < 0 {
 		errs = append(errs, fmt.Errorf("temperature must be non-negative, got %g", c.Temperature))
 	}
-	if c.TopK < 0 {
-		errs = append(errs, fmt.Errorf("top-k must be non-negative, got %d", c.TopK))
+	if c.TopK < 0 || c.TopK > model.MaxVocabSize {
+		errs = append(errs, fmt.Errorf("top-k must be non-negative and at most %d, got %d", model.MaxVocabSize, c.TopK))
 	}
 	if math.IsNaN(c.TopP) || c.TopP < 0 || c.TopP > 1 {
 		errs = append(errs, fmt.Errorf("top-p must be in [0, 1], got %g", c.TopP))
@@ -173,8 +186,8 @@ func (c Config) Validate() error {
 	if c.Schedule < Natural || c.Schedule > RevealMin {
 		errs = append(errs, fmt.Errorf("unknown schedule %d", c.Schedule))
 	}
-	if c.BlocksPerReadback < 1 {
-		errs = append(errs, fmt.Errorf("blocks per readback must be at least 1, got %d", c.BlocksPerReadback))
+	if c.BlocksPerReadback < 1 || c.BlocksPerReadback > MaxBlocksPerReadback {
+		errs = append(errs, fmt.Errorf("blocks per readback must be at least 1 and at most %d, got %d", MaxBlocksPerReadback, c.BlocksPerReadback))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("diffusion: invalid config: %w", err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/gomlx/compute/dtypes"
@@ -19,20 +18,26 @@ import (
 )
 
 // Decoder generates text with a model under one configuration. It is safe for
-// concurrent use; generations run one at a time on the device. Compiled programs are
-// kept by the model and shared by decoders of the same mode, block size and sampling.
+// concurrent use; generations run one at a time on the device, waiting their turn as
+// long as their context allows. A stream gives the turn up while its consumer holds a
+// chunk, so that other generations, even one started from inside the stream's loop,
+// run meanwhile. Compiled programs are kept by the model and shared by decoders of the
+// same mode, block size and sampling.
 type Decoder struct {
 	m     *model.Model
 	cfg   Config
 	loop  *loop
 	stops []int // EOS and the configured stop tokens
 
-	mu sync.Mutex // serialises generations
+	turn chan struct{} // holds a value while a generation runs on the device
 }
 
 // New returns a decoder for m. The model's mask token is required except in
 // autoregressive mode.
 func New(m *model.Model, cfg Config) (*Decoder, error) {
+	if m == nil || m.Backend() == nil {
+		return nil, errors.New("diffusion: no model (nil, or not made by model.Load, FromCheckpoint or NewRandom)")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,8 +64,24 @@ func New(m *model.Model, cfg Config) (*Decoder, error) {
 	}
 	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
 		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1}
-	return &Decoder{m: m, cfg: cfg, loop: l, stops: stops}, nil
+	return &Decoder{m: m, cfg: cfg, loop: l, stops: stops, turn: make(chan struct{}, 1)}, nil
 }
+
+// acquire waits for the device's turn, or until ctx is done.
+func (d *Decoder) acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case d.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives the device's turn up.
+func (d *Decoder) release() { <-d.turn }
 
 // Config returns the decoder's configuration.
 func (d *Decoder) Config() Config { return d.cfg }
@@ -111,12 +132,27 @@ func (d *Decoder) Stream(ctx context.Context, prompt []int) iter.Seq2[Chunk, err
 }
 
 // summaryCols are the per-row values read back after the sequence in a chunk's summary.
-const summaryCols = 8
+const summaryCols = 9
 
-// run decodes prompts, calling emit (when not nil) with each row's newly finished tokens.
+// ErrNonFiniteLogits is the error (wrapped) of a generation whose model computed logits
+// that are not finite (NaN or infinite), as corrupt weights make it.
+var ErrNonFiniteLogits = errors.New("diffusion: the model's logits are not finite (NaN or infinite); its weights may be corrupt")
+
+// run decodes prompts, calling emit (when not nil) with each row's newly finished
+// tokens, without the device's turn: emit may start another generation.
 func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, tokens []int) error) ([]*Result, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	if d == nil || d.turn == nil {
+		return nil, errors.New("diffusion: decoder not made by New")
+	}
+	if err := d.acquire(ctx); err != nil {
+		return nil, err
+	}
+	held := true
+	defer func() {
+		if held {
+			d.release()
+		}
+	}()
 	l, cfg, mc := d.loop, d.cfg, d.m.Config
 	if len(prompts) == 0 {
 		return nil, errors.New("diffusion: no prompts")
@@ -133,7 +169,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		}
 		maxPrompt = max(maxPrompt, len(p))
 	}
-	if maxPrompt+cfg.MaxNewTokens > mc.MaxPositionEmbeddings {
+	if cfg.MaxNewTokens > mc.MaxPositionEmbeddings-maxPrompt { // maxPrompt+MaxNewTokens could overflow
 		return nil, fmt.Errorf("diffusion: a prompt of %d tokens plus %d new tokens exceeds max_position_embeddings %d",
 			maxPrompt, cfg.MaxNewTokens, mc.MaxPositionEmbeddings)
 	}
@@ -229,7 +265,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	defer func() { freeAll(state); freeAll(read) }()
 	stats.Execs++
 	// Wait for the prefill so its time is measured apart from decoding.
-	if _, err := state[numStateNodes-1].ValueSafe(); err != nil { // remasks: a small tensor
+	if _, err := state[numStateNodes-1].ValueSafe(); err != nil { // failed: a small tensor
 		return nil, fmt.Errorf("diffusion: prefill: %w", err)
 	}
 	stats.Readbacks++
@@ -278,6 +314,9 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		for i, p := range prompts {
 			row := rows[i*(capacity+summaryCols) : (i+1)*(capacity+summaryCols)]
 			r := d.readRow(row[:capacity], row[capacity:], len(p))
+			if r.failed {
+				return nil, fmt.Errorf("%w (prompt %d, the block at position %d)", ErrNonFiniteLogits, i, r.blockStart)
+			}
 			results[i].Stats = r.Stats
 			results[i].Finish = r.Stats.Finish
 			if r.end > emitted[i] {
@@ -288,7 +327,14 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 				results[i].Tokens = append(results[i].Tokens, tokens...)
 				emitted[i] = r.end
 				if emit != nil {
-					if err := emit(i, tokens); err != nil {
+					d.release()
+					held = false
+					err := emit(i, tokens)
+					if err == nil {
+						err = d.acquire(ctx)
+						held = err == nil
+					}
+					if err != nil {
 						return nil, err
 					}
 				}
@@ -331,7 +377,7 @@ func nextChunkBlocks(prev, most int) int { return min(2*prev, most) }
 // a chunk costs one transfer.
 func summary(s *state) *Node {
 	cols := []*Node{s.seq}
-	for _, n := range []*Node{s.blockStart, s.pending, s.done, s.stopped, s.forwards, s.steps, s.commits, s.remasks} {
+	for _, n := range []*Node{s.blockStart, s.pending, s.done, s.stopped, s.forwards, s.steps, s.commits, s.remasks, s.failed} {
 		cols = append(cols, InsertAxes(ConvertDType(n, dtypes.Int32), -1))
 	}
 	return Concatenate(cols, 1)
@@ -339,16 +385,18 @@ func summary(s *state) *Node {
 
 // rowStatus is one row's progress read from a summary.
 type rowStatus struct {
-	end   int // positions before end are final
-	done  bool
-	Stats Stats
+	end        int // positions before end are final
+	done       bool
+	failed     bool // the model's logits were not finite
+	blockStart int
+	Stats      Stats
 }
 
 // readRow interprets one row of a summary: seq and the values after it.
 func (d *Decoder) readRow(seq, vals []int32, promptLen int) rowStatus {
 	l := d.loop
 	blockStart, pending, done, stopped := int(vals[0]), vals[1] != 0, vals[2] != 0, vals[3] != 0
-	r := rowStatus{done: done}
+	r := rowStatus{done: done, failed: vals[8] != 0, blockStart: blockStart}
 	r.Stats.Forwards, r.Stats.DenoiseSteps, r.Stats.Commits, r.Stats.Remasks = int(vals[4]), int(vals[5]), int(vals[6]), int(vals[7])
 	limit := promptLen + d.cfg.MaxNewTokens
 	switch {
@@ -357,7 +405,12 @@ func (d *Decoder) readRow(seq, vals []int32, promptLen int) rowStatus {
 		for r.end < len(seq) && !slices.Contains(d.stops, int(seq[r.end])) {
 			r.end++
 		}
+		// A stop token revealed at or past the N-th new token, in the last block, is
+		// cut with it: the output then holds N tokens, and the spec's reason is length.
 		r.Stats.Finish = FinishStop
+		if r.end >= limit {
+			r.Stats.Finish = FinishLength
+		}
 	case done:
 		r.end = limit
 		r.Stats.Finish = FinishLength

@@ -185,7 +185,7 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 		counters = SliceAxis(counters, -1, AxisElem(B))
 	}
 	logits, cache := l.m.Forward(w, win, s.cache, nil)
-	cand, conf := l.pick(p, logits, counters) // [b, B+1], or [b, 1] when autoregressive
+	cand, conf, bad := l.pick(p, logits, counters) // [b, B+1], or [b, 1] when autoregressive
 	if autoregressive {
 		b := cand.Shape().Dimensions[0]
 		cand, conf = BroadcastToDims(cand, b, B+1), BroadcastToDims(conf, b, B+1)
@@ -238,10 +238,13 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 		checkStop = commit
 	}
 	stop := LogicalAnd(checkStop, l.hitsStop(p, tokens, n.masked, n.blockStart))
-	n.done = LogicalOr(s.done, stop)
+	// Rows whose logits were not finite end here, failed: their tokens mean nothing.
+	n.failed = LogicalOr(s.failed, LogicalAnd(active, bad))
+	n.done = LogicalOr(LogicalOr(s.done, stop), n.failed)
 	n.stopped = LogicalOr(s.stopped, stop)
 
-	next, clean = l.finishBlocks(&n, p, LogicalAnd(active, LogicalNot(stop)), Squeeze(SliceAxis(cand, -1, AxisElem(B)), -1))
+	next, clean = l.finishBlocks(&n, p, LogicalAnd(active, LogicalNot(LogicalOr(stop, n.failed))),
+		Squeeze(SliceAxis(cand, -1, AxisElem(B)), -1))
 	record = Where(revealed, tokens, Scalar(g, dtypes.Int32, -1))
 	return next, record, clean
 }

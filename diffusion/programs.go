@@ -31,7 +31,7 @@ func (l *loop) prefill(w *model.Weights, p params, seq, tokens *Node) *state {
 	}, cache, nil)
 	// The anchor draw uses counter B, which no iteration uses (they start at B+1).
 	counter := BroadcastToDims(Scalar(g, dtypes.Uint32, B), b, 1)
-	anchor, _ := l.pick(p, logits, counter) // [b, 1]
+	anchor, _, bad := l.pick(p, logits, counter) // [b, 1]
 	onBoundary := Equal(full, p.promptLen)
 	prefilled := GreaterThan(full, zeros)
 
@@ -46,13 +46,15 @@ func (l *loop) prefill(w *model.Weights, p params, seq, tokens *Node) *state {
 	pos := Add(InsertAxes(full, -1), rowIota(g, B))
 	s.masked = LogicalAnd(GreaterThan(rowIota(g, B), ZerosLike(rowIota(g, B))), GreaterOrEqual(pos, InsertAxes(p.promptLen, -1)))
 	s.done, s.stopped = s.pending, s.pending
+	s.failed = LogicalAnd(prefilled, bad)
 	if B == 1 {
 		// A one-token block is clean as soon as its anchor is placed.
 		tokens := readAt(s.seq, s.blockStart, 1)
 		stop := LogicalAnd(prefilled, l.hitsStop(p, tokens, s.masked, s.blockStart))
 		s.done, s.stopped = stop, stop
-		s, _ = l.finishBlocks(s, p, LogicalNot(stop), Squeeze(anchor, -1))
+		s, _ = l.finishBlocks(s, p, LogicalNot(LogicalOr(stop, s.failed)), Squeeze(anchor, -1))
 	}
+	s.done = LogicalOr(s.done, s.failed)
 	return s
 }
 

@@ -12,10 +12,12 @@ import (
 // sampling draws from the temperature-scaled, top-k and top-p filtered distribution,
 // with confidence its probability there. counters [b, n] uint32 and the seed make a
 // position's draw depend only on its row's own progress, so a batch samples as one by
-// one.
-func (l *loop) pick(p params, logits, counters *Node) (tokens, conf *Node) {
+// one. bad [b] marks the rows whose logits hold a value that is not finite (NaN or
+// infinite, from corrupt weights): their tokens mean nothing.
+func (l *loop) pick(p params, logits, counters *Node) (tokens, conf, bad *Node) {
 	g := logits.Graph()
 	vocab := logits.Shape().Dimensions[2]
+	bad = ReduceLogicalOr(LogicalNot(IsFinite(logits)), -1, -2)
 	negInf := Infinity(g, dtypes.Float32, -1)
 	if l.mask >= 0 {
 		ids := Iota(g, shapes.Make(dtypes.Int32, 1, 1, vocab), 2)
@@ -23,14 +25,15 @@ func (l *loop) pick(p params, logits, counters *Node) (tokens, conf *Node) {
 		logits = Where(isMask, negInf, logits)
 	}
 	if !l.sampling {
-		return greedy(logits)
+		tokens, conf = greedy(logits)
+		return tokens, conf, bad
 	}
 	logits = filter(Div(logits, p.temperature), p.topK, p.topP, l.topK, l.topP)
 	// Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits).
 	u := uniform(p.seed, counters, vocab)
 	tokens, _ = greedy(Add(logits, Neg(Log(Neg(Log(u))))))
 	conf = Gather(Softmax(logits, -1), indicesFor(tokens))
-	return tokens, conf
+	return tokens, conf, bad
 }
 
 // greedy returns argmax tokens (ties: the lower id) and their softmax probability.

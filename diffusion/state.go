@@ -25,7 +25,10 @@ type state struct {
 	steps    *Node // [b] int32: denoise steps
 	commits  *Node // [b] int32
 	remasks  *Node // [b] int32
-	cache    *model.CacheNodes
+	// failed [b] bool: the model's logits were not finite (NaN or infinite); the row is
+	// done and its tokens mean nothing.
+	failed *Node
+	cache  *model.CacheNodes
 }
 
 // stateShapes lists the shapes of a state's nodes in the order of state.nodes.
@@ -34,7 +37,7 @@ func stateShapes(m *model.Model, batch, block, capacity int) []shapes.Shape {
 	rowBool := shapes.Make(dtypes.Bool, batch)
 	list := []shapes.Shape{
 		shapes.Make(dtypes.Int32, batch, capacity), rowInt, shapes.Make(dtypes.Bool, batch, block),
-		rowBool, rowBool, rowBool, rowInt, rowInt, rowInt, rowInt,
+		rowBool, rowBool, rowBool, rowInt, rowInt, rowInt, rowInt, rowBool,
 	}
 	for range 2 * m.Config.NumLayers {
 		list = append(list, m.CacheShape(batch, capacity))
@@ -45,16 +48,16 @@ func stateShapes(m *model.Model, batch, block, capacity int) []shapes.Shape {
 // nodes flattens the state; fromNodes is its inverse.
 func (s *state) nodes() []*Node {
 	return append([]*Node{s.seq, s.blockStart, s.masked, s.pending, s.done, s.stopped,
-		s.forwards, s.steps, s.commits, s.remasks}, s.cache.Nodes()...)
+		s.forwards, s.steps, s.commits, s.remasks, s.failed}, s.cache.Nodes()...)
 }
 
 func fromNodes(n []*Node) *state {
 	return &state{seq: n[0], blockStart: n[1], masked: n[2], pending: n[3], done: n[4], stopped: n[5],
-		forwards: n[6], steps: n[7], commits: n[8], remasks: n[9], cache: model.CacheNodesFrom(n[10:])}
+		forwards: n[6], steps: n[7], commits: n[8], remasks: n[9], failed: n[10], cache: model.CacheNodesFrom(n[numStateNodes:])}
 }
 
 // numStateNodes is the number of state nodes besides the cache.
-const numStateNodes = 10
+const numStateNodes = 11
 
 // sel returns a where the per-row condition cond [b] holds and b elsewhere.
 func sel(cond, a, b *Node) *Node {

@@ -40,12 +40,19 @@ func (m *Model) CacheBytes(batch, capacity int) int64 {
 
 // NewCache allocates a zeroed cache for batch rows of capacity positions.
 func (m *Model) NewCache(batch, capacity int) (*Cache, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	if batch <= 0 || capacity <= 0 {
 		return nil, fmt.Errorf("model: cache needs a positive batch and capacity, got %d and %d", batch, capacity)
 	}
 	if capacity > m.Config.MaxPositionEmbeddings {
 		return nil, fmt.Errorf("model: cache capacity %d exceeds max_position_embeddings %d",
 			capacity, m.Config.MaxPositionEmbeddings)
+	}
+	c := m.Config
+	if _, err := mulInts(2, c.NumLayers, batch, c.NumKVHeads, capacity, c.HeadDim, m.DType.Size()); err != nil {
+		return nil, fmt.Errorf("model: the size of a cache of %d rows of %d positions: %w", batch, capacity, err)
 	}
 	shape := m.CacheShape(batch, capacity)
 	// Zeros are made on the device: a host-side zero tensor would be copied over.

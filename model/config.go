@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/blockdiff/blockdiff/internal/regularfile"
 )
 
 // Architectures this package implements.
@@ -69,6 +71,26 @@ var MiniCPM5_2B = Config{
 	MaskTokenID:           130559,
 }
 
+// Bounds on the numbers of a configuration, far above those of any published checkpoint
+// (a hidden size of 16384, 256k tokens, 128 layers and heads): sizes derived from two of
+// them cannot overflow, and a config.json cannot ask for absurd ones. A checkpoint's
+// tensor shapes must then confirm them before anything is sized from them.
+const (
+	// MaxWidth bounds hidden_size, intermediate_size and head_dim.
+	MaxWidth = 1 << 20
+	// MaxVocabSize bounds vocab_size.
+	MaxVocabSize = 1 << 24
+	// MaxLayers bounds num_hidden_layers.
+	MaxLayers = 1 << 12
+	// MaxHeads bounds num_attention_heads (and so num_key_value_heads).
+	MaxHeads = 1 << 12
+	// MaxPositions bounds max_position_embeddings: positions are float32 in the rotary
+	// angles, exact up to 2^24.
+	MaxPositions = 1 << 24
+	// MaxConfigSize is the largest config.json read, in bytes (real ones hold a few KB).
+	MaxConfigSize = 1 << 20
+)
+
 // rawConfig mirrors the fields of config.json this package reads.
 type rawConfig struct {
 	Architectures         []string         `json:"architectures"`
@@ -94,6 +116,7 @@ type rawConfig struct {
 	BOSTokenID            *int             `json:"bos_token_id"`
 	EOSTokenID            json.RawMessage  `json:"eos_token_id"`
 	MaskTokenID           *int             `json:"mask_token_id"`
+	PadTokenID            *int             `json:"pad_token_id"`
 }
 
 type rawRopeScaling struct {
@@ -107,12 +130,13 @@ type rawRopeScaling struct {
 	Factor                        *float64  `json:"factor"`
 }
 
-// LoadConfig reads config.json from a checkpoint folder (or the file itself).
+// LoadConfig reads config.json from a checkpoint folder (or the file itself), which must
+// be a regular file of at most [MaxConfigSize] bytes.
 func LoadConfig(path string) (Config, error) {
 	if info, err := os.Stat(path); err == nil && info.IsDir() {
 		path = filepath.Join(path, "config.json")
 	}
-	data, err := os.ReadFile(path)
+	data, err := regularfile.ReadFile(path, MaxConfigSize)
 	if err != nil {
 		return Config{}, fmt.Errorf("model: reading config: %w", err)
 	}
@@ -123,7 +147,8 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
-// ParseConfig parses the contents of a config.json.
+// ParseConfig parses the contents of a config.json and validates it (see
+// [Config.Validate]); errors name the field.
 func ParseConfig(data []byte) (Config, error) {
 	var raw rawConfig
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -199,6 +224,9 @@ func ParseConfig(data []byte) (Config, error) {
 	cfg.EOSTokenIDs = eos
 	if raw.MaskTokenID != nil {
 		cfg.MaskTokenID = *raw.MaskTokenID
+		if cfg.MaskTokenID < 0 {
+			return Config{}, fmt.Errorf("config: mask_token_id %d is negative", cfg.MaskTokenID)
+		}
 	}
 	// transformers 5 writes rope_parameters (with rope_theta inside); earlier versions
 	// rope_scaling beside a top-level rope_theta.
@@ -211,6 +239,11 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
+	}
+	// pad_token_id is not used, but checked as the other ids are; -1 is an old way of
+	// saying there is none.
+	if p := raw.PadTokenID; p != nil && *p != -1 && (*p < 0 || *p >= cfg.VocabSize) {
+		return Config{}, fmt.Errorf("config: pad_token_id %d is outside the vocabulary of %d", *p, cfg.VocabSize)
 	}
 	return cfg, nil
 }
@@ -298,19 +331,28 @@ func (cfg *Config) parseRopeScaling(data []byte) error {
 	return nil
 }
 
-// Validate checks that the configuration is internally consistent.
+// Validate checks that the configuration is internally consistent and within the
+// bounds ([MaxWidth] and the others): sizes positive, token ids in the vocabulary, and
+// the real numbers finite, with rms_norm_eps above 0 and rope_theta above 1. Errors
+// name the config.json field.
 func (cfg Config) Validate() error {
+	if cfg.Architecture != ArchMiniCPM && cfg.Architecture != ArchLlama {
+		return fmt.Errorf("config: unsupported architecture %q (supported: %s, %s)", cfg.Architecture, ArchMiniCPM, ArchLlama)
+	}
 	for _, f := range []struct {
-		name  string
-		value int
+		name       string
+		value, max int
 	}{
-		{"vocab_size", cfg.VocabSize}, {"hidden_size", cfg.HiddenSize}, {"intermediate_size", cfg.IntermediateSize},
-		{"num_hidden_layers", cfg.NumLayers}, {"num_attention_heads", cfg.NumHeads},
-		{"num_key_value_heads", cfg.NumKVHeads}, {"head_dim", cfg.HeadDim},
-		{"max_position_embeddings", cfg.MaxPositionEmbeddings},
+		{"vocab_size", cfg.VocabSize, MaxVocabSize}, {"hidden_size", cfg.HiddenSize, MaxWidth},
+		{"intermediate_size", cfg.IntermediateSize, MaxWidth}, {"num_hidden_layers", cfg.NumLayers, MaxLayers},
+		{"num_attention_heads", cfg.NumHeads, MaxHeads}, {"num_key_value_heads", cfg.NumKVHeads, MaxHeads},
+		{"head_dim", cfg.HeadDim, MaxWidth}, {"max_position_embeddings", cfg.MaxPositionEmbeddings, MaxPositions},
 	} {
 		if f.value <= 0 {
 			return fmt.Errorf("config: %s must be positive, got %d", f.name, f.value)
+		}
+		if f.value > f.max {
+			return fmt.Errorf("config: %s %d exceeds the limit of %d", f.name, f.value, f.max)
 		}
 	}
 	if cfg.NumHeads%cfg.NumKVHeads != 0 {
@@ -320,12 +362,51 @@ func (cfg Config) Validate() error {
 	if cfg.HeadDim%2 != 0 {
 		return fmt.Errorf("config: head_dim (%d) must be even for rotary embeddings", cfg.HeadDim)
 	}
-	if cfg.MaskTokenID >= cfg.VocabSize {
+	if cfg.MaskTokenID < -1 || cfg.MaskTokenID >= cfg.VocabSize {
 		return fmt.Errorf("config: mask_token_id %d is outside the vocabulary of %d", cfg.MaskTokenID, cfg.VocabSize)
+	}
+	if cfg.BOSTokenID < 0 || cfg.BOSTokenID >= cfg.VocabSize {
+		return fmt.Errorf("config: bos_token_id %d is outside the vocabulary of %d", cfg.BOSTokenID, cfg.VocabSize)
 	}
 	for _, id := range cfg.EOSTokenIDs {
 		if id < 0 || id >= cfg.VocabSize {
 			return fmt.Errorf("config: eos_token_id %d is outside the vocabulary of %d", id, cfg.VocabSize)
+		}
+	}
+	finite := func(name string, v float64) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("config: %s must be finite, got %g", name, v)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name     string
+		value    float64
+		positive bool // else any finite value
+	}{
+		{"rms_norm_eps", cfg.RMSNormEps, true}, {"rope_theta", cfg.RopeTheta, true},
+		{"rope_scaling attention factor", cfg.RopeAttentionFactor, true},
+		{"scale_emb", cfg.ScaleEmb, false}, {"scale_depth", cfg.ScaleDepth, false}, {"dim_model_base", cfg.DimModelBase, false},
+	} {
+		if err := finite(f.name, f.value); err != nil {
+			return err
+		}
+		if f.positive && f.value <= 0 {
+			return fmt.Errorf("config: %s must be positive, got %g", f.name, f.value)
+		}
+	}
+	if cfg.RopeTheta <= 1 {
+		return fmt.Errorf("config: rope_theta must be above 1, got %g", cfg.RopeTheta)
+	}
+	if cfg.RopeFactors != nil {
+		if len(cfg.RopeFactors) != cfg.HeadDim/2 {
+			return fmt.Errorf("config: rope_scaling has %d factors, want head_dim/2 = %d", len(cfg.RopeFactors), cfg.HeadDim/2)
+		}
+		for i, f := range cfg.RopeFactors {
+			// The inverse frequencies, at most 1, are divided by the factors: 1/f must be finite.
+			if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || math.IsInf(1/f, 0) {
+				return fmt.Errorf("config: rope_scaling factor[%d]=%g must be positive and finite, and so its inverse", i, f)
+			}
 		}
 	}
 	if cfg.Architecture == ArchMiniCPM && cfg.DimModelBase <= 0 {

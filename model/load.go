@@ -66,9 +66,21 @@ func (DenseLoader) LoadLinear(src *LinearSource) (Linear, error) {
 // ConcatWeights reads the parts' weights, checks their shapes, converts them to dtype and
 // concatenates them along the output axis into one device tensor [Σout, in].
 func (src *LinearSource) ConcatWeights(dtype dtypes.DType) (*tensors.Tensor, error) {
-	total := 0
-	for _, out := range src.OutFeatures {
-		total += out
+	if len(src.Parts) == 0 || len(src.Parts) != len(src.OutFeatures) {
+		return nil, fmt.Errorf("model: layer %s has %d parts and %d output sizes", src.Name, len(src.Parts), len(src.OutFeatures))
+	}
+	total, err := addInts(src.OutFeatures...)
+	if err == nil {
+		_, err = mulInts(total, src.InFeatures, dtype.Size())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("model: layer %s: %w", src.Name, err)
+	}
+	// Every part's shape is checked before the buffer is sized from them.
+	for i, part := range src.Parts {
+		if _, err := src.Checkpoint.Info(part+".weight", src.OutFeatures[i], src.InFeatures); err != nil {
+			return nil, err
+		}
 	}
 	shape := shapes.Make(dtype, total, src.InFeatures)
 	data := make([]byte, 0, shape.ByteSize())
@@ -205,9 +217,20 @@ func Load(b compute.Backend, dir string, opts LoadOptions) (*Model, error) {
 	return m, nil
 }
 
-// FromCheckpoint builds a model of configuration cfg from an open checkpoint.
+// FromCheckpoint builds a model of configuration cfg from an open checkpoint. The
+// checkpoint's tensor shapes must confirm cfg's numbers before anything is sized from
+// them: a mismatch is an error naming the tensor and the config.json fields.
 func FromCheckpoint(b compute.Backend, cfg Config, ckpt safetensors.Checkpoint, opts LoadOptions) (_ *Model, err error) {
+	if b == nil {
+		return nil, errNoBackend
+	}
+	if ckpt == nil {
+		return nil, errors.New("model: no checkpoint")
+	}
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTensors(cfg, ckpt); err != nil {
 		return nil, err
 	}
 	dtype := opts.DType

@@ -113,6 +113,9 @@ func InPlace(input, output int) ProgramOption {
 
 // Compile builds and compiles a program over the given input shapes.
 func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc, opts ...ProgramOption) (*Program, error) {
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("%w (compiling %s)", err, name)
+	}
 	g := NewGraph(m.backend, name)
 	p := &Program{model: m, g: g, inputs: inputs, weights: m.params(), inPlace: map[int]int{}}
 	for _, o := range opts {
@@ -169,6 +172,9 @@ func (p *Program) checkInPlace(outputs []*Node) error {
 // on first use. Keys must identify what the build computes, its input shapes and its
 // options.
 func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc, opts ...ProgramOption) (*Program, error) {
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("%w (compiling %s)", err, key)
+	}
 	return m.programs.get(key, func() (*Program, error) { return m.Compile(key, inputs, build, opts...) })
 }
 
@@ -176,6 +182,9 @@ func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc
 // program updates in place ([InPlace]) are consumed: their tensors keep no device
 // buffer afterwards (nor any value, unless they also hold one on the host).
 func (p *Program) Run(inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
+	if err := p.model.usable(); err != nil {
+		return nil, fmt.Errorf("%w (running %s)", err, p.g.Name())
+	}
 	if len(inputs) != len(p.inputs) {
 		return nil, fmt.Errorf("model: program %s takes %d inputs, got %d", p.g.Name(), len(p.inputs), len(inputs))
 	}

@@ -18,6 +18,9 @@ const randomStd = 0.02
 // device, so benchmarks can run a real shape (such as [MiniCPM5_2B]) without its
 // checkpoint. Linear weights are normal with deviation 0.02; norms are one.
 func NewRandom(backend compute.Backend, cfg Config, dtype dtypes.DType, seed int64) (*Model, error) {
+	if backend == nil {
+		return nil, errNoBackend
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,9 @@ import (
 // Logits runs one forward pass over tokens with block-causal attention of the given
 // block size (1 is causal), without a cache, and returns the logits [len(tokens)][v].
 func (m *Model) Logits(tokens []int, blockSize int) ([][]float32, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	if err := m.checkTokens(tokens); err != nil {
 		return nil, err
 	}
@@ -54,6 +57,9 @@ type Session struct {
 // NewSession allocates a cache of capacity positions for block-causal attention with
 // the given block size.
 func (m *Model) NewSession(capacity, blockSize int) (*Session, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	if blockSize < 1 {
 		return nil, fmt.Errorf("model: block size must be at least 1, got %d", blockSize)
 	}

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -51,6 +53,27 @@ type Model struct {
 	partsFromWindow int
 
 	programs programCache
+	closed   atomic.Bool
+}
+
+// ErrClosed is the error (wrapped) of using a model after [Model.Close].
+var ErrClosed = errors.New("model: the model is closed")
+
+// errNoBackend is the error of making a model without a backend.
+var errNoBackend = errors.New("model: no backend (nil)")
+
+// usable says why m cannot run programs: nil, not made by [Load], [FromCheckpoint] or
+// [NewRandom], or closed; nil when it can.
+func (m *Model) usable() error {
+	switch {
+	case m == nil:
+		return errors.New("model: nil model")
+	case m.backend == nil:
+		return errors.New("model: the model has no backend (make it with Load, FromCheckpoint or NewRandom)")
+	case m.closed.Load():
+		return ErrClosed
+	}
+	return nil
 }
 
 // Layer holds one decoder layer's weights. Q/K/V and gate/up are fused into one
@@ -133,9 +156,12 @@ func (m *Model) WeightBytes() int64 {
 	return n
 }
 
-// Close frees the device memory of the weights and compiled programs. The model must
-// not be used afterwards.
+// Close frees the device memory of the weights and compiled programs. Using the model
+// afterwards is an error wrapping [ErrClosed]; closing it again does nothing.
 func (m *Model) Close() error {
+	if m == nil || m.closed.Swap(true) {
+		return nil
+	}
 	m.programs.finalize()
 	for _, t := range m.params() {
 		if err := t.FinalizeAll(); err != nil {

@@ -11,6 +11,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/blockdiff/blockdiff/internal/regularfile"
+	"github.com/blockdiff/blockdiff/model"
 )
 
 // Names of the compressed-tensors format this package reads and writes.
@@ -152,7 +155,7 @@ func ReadQuantizationConfig(path string) (*QuantizationConfig, error) {
 	if info, err := os.Stat(path); err == nil && info.IsDir() {
 		path = filepath.Join(path, "config.json")
 	}
-	data, err := os.ReadFile(path)
+	data, err := regularfile.ReadFile(path, model.MaxConfigSize) // not a pipe, nor huge
 	if err != nil {
 		return nil, fmt.Errorf("quant: reading config: %w", err)
 	}

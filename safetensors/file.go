@@ -2,8 +2,10 @@ package safetensors
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
-	"os"
+
+	"github.com/blockdiff/blockdiff/internal/regularfile"
 )
 
 // File is an open safetensors file, mapped read-only into memory. Its methods are safe
@@ -19,21 +21,18 @@ var _ Checkpoint = (*File)(nil)
 // The file is mapped into memory rather than read, so opening is fast whatever its size
 // and tensor data is only read from disk when used.
 //
-// The file must not be truncated while open: touching data past its new end would crash
-// the program.
+// Anything but a regular file (symbolic links followed), such as a named pipe, is
+// refused before it is opened for reading. The file must not be truncated while open:
+// touching data past its new end would crash the program.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, stat, err := regularfile.Open(path)
+	if notRegular := (*regularfile.NotRegularError)(nil); errors.As(err, &notRegular) {
+		return nil, formatErrorf(path, "", "not a regular file (%s)", notRegular.Kind)
+	}
 	if err != nil {
 		return nil, pathError("", err)
 	}
 	defer f.Close() // the mapping does not need the descriptor
-	stat, err := f.Stat()
-	if err != nil {
-		return nil, pathError("", err)
-	}
-	if !stat.Mode().IsRegular() {
-		return nil, formatErrorf(path, "", "not a regular file")
-	}
 	size := stat.Size()
 	if size < 8 {
 		// Checked before mapping, which fails on empty files.

@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/blockdiff/blockdiff/internal/regularfile"
 )
+
+// MaxIndexSize is the largest index file accepted, in bytes: [MaxHeaderSize], far above
+// the few megabytes that list the tensors of the largest published checkpoints.
+const MaxIndexSize = MaxHeaderSize
 
 // Sharded is a checkpoint split over several safetensors files, the shards, that an index
 // file (model.safetensors.index.json) lists, presented as one set of tensors. Like [File],
@@ -30,9 +35,16 @@ var _ Checkpoint = (*Sharded)(nil)
 //
 // The index's "metadata" becomes the checkpoint's metadata; values that are not strings,
 // such as "total_size", are given as their JSON text. Tensors lists the tensors shard by
-// shard, in the order of the shards' file names.
+// shard, in the order of the shards' file names. The index and the shards must be
+// regular files (symbolic links are followed), the index at most [MaxIndexSize] bytes.
 func OpenSharded(indexPath string) (_ *Sharded, err error) {
-	data, err := os.ReadFile(indexPath)
+	data, err := regularfile.ReadFile(indexPath, MaxIndexSize)
+	if notRegular := (*regularfile.NotRegularError)(nil); errors.As(err, &notRegular) {
+		return nil, formatErrorf(indexPath, "", "not a regular file (%s)", notRegular.Kind)
+	}
+	if errors.Is(err, regularfile.ErrTooLarge) {
+		return nil, &FormatError{Path: indexPath, Msg: "index too large", Err: errors.Unwrap(err)}
+	}
 	if err != nil {
 		return nil, pathError("", err)
 	}

@@ -153,3 +153,16 @@ func TestFileAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, fs.ErrClosed)
 	require.ErrorIs(t, f.Close(), fs.ErrClosed)
 }
+
+// A tensor held by two shards is an error naming the shard the index does not assign it
+// to, whichever the index names.
+func TestTensorInTwoShards(t *testing.T) {
+	dir := t.TempDir()
+	writeShard(t, dir, "a.safetensors", "x", "y")
+	writeShard(t, dir, "b.safetensors", "y", "z")
+	for listed, other := range map[string]string{"a.safetensors": "b.safetensors", "b.safetensors": "a.safetensors"} {
+		writeIndex(t, dir, `{"weight_map":{"x":"a.safetensors","y":"`+listed+`","z":"b.safetensors"}}`)
+		_, err := OpenCheckpoint(dir)
+		require.ErrorContains(t, err, filepath.Join(dir, other)+`: tensor "y": present in the shard, but index`)
+	}
+}

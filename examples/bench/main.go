@@ -102,11 +102,8 @@ type row struct {
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
-	if *loopExit != "count" && *loopExit != "data" {
-		log.Fatalf("-loop-exit %q: want count or data", *loopExit)
-	}
-	if *prefillFree && !*prefillFresh {
-		log.Fatal("-prefill-free frees the inputs -prefill-fresh replaces: give both")
+	if err := checkFlags(); err != nil {
+		log.Fatal(err)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -84,8 +84,33 @@ func main() {
 	}
 }
 
+// check refuses flags out of range, naming them; -length is checked against the
+// model's positions once it is loaded.
+func (f flags) check() error {
+	var errs []error
+	if f.sequences < 1 {
+		errs = append(errs, fmt.Errorf("-sequences %d: want at least 1", f.sequences))
+	}
+	if f.length < 1 {
+		errs = append(errs, fmt.Errorf("-length %d: want at least 1", f.length))
+	}
+	if f.block < 1 {
+		errs = append(errs, fmt.Errorf("-block %d: want at least 1 (1: causal attention)", f.block))
+	}
+	if s := quant.Strategy(f.strategy); s != quant.StrategyChannel && s != quant.StrategyTensor {
+		errs = append(errs, fmt.Errorf("-strategy %q: want channel or tensor", f.strategy))
+	}
+	if f.out == "" {
+		errs = append(errs, errors.New("-out: a calibration file to write is needed"))
+	}
+	return errors.Join(errs...)
+}
+
 // run calibrates (and saves) as the flags say, printing to w.
 func run(f flags, extraTokenFiles []string, w io.Writer) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	b, choice, err := backend.New()
 	if err != nil {
 		return err

@@ -47,3 +47,25 @@ func TestRun(t *testing.T) {
 	f.length = 10_000
 	require.ErrorContains(t, run(f, nil, &out), "-length 10000 must be in [1, 512]")
 }
+
+// Flags out of range are errors naming the flag, before anything is loaded.
+func TestFlagRanges(t *testing.T) {
+	good := flags{sequences: 3, length: 16, seed: 2, block: 4, out: "calibration.json", strategy: "channel"}
+	require.NoError(t, good.check())
+	for _, c := range []struct {
+		edit func(*flags)
+		want string
+	}{
+		{func(f *flags) { f.sequences = -1 }, "-sequences -1"},
+		{func(f *flags) { f.sequences = 0 }, "-sequences 0"},
+		{func(f *flags) { f.length = -16 }, "-length -16"},
+		{func(f *flags) { f.block = 0 }, "-block 0"},
+		{func(f *flags) { f.block = -4 }, "-block -4"},
+		{func(f *flags) { f.strategy = "row" }, `-strategy "row"`},
+		{func(f *flags) { f.out = "" }, "-out"},
+	} {
+		f := good
+		c.edit(&f)
+		require.ErrorContains(t, run(f, nil, &bytes.Buffer{}), c.want)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -43,11 +44,11 @@ var (
 	messages    = flag.String("messages", "", `a conversation to continue instead of -prompt and -system: a JSON file ("-": standard input) holding [{"role": "user", "content": "..."}, ...], rendered with the checkpoint's chat template`)
 	preset      = flag.String("preset", "quality", "decoding preset: quality (threshold 0.9, 1 reveal) or speed (0.7, 2)")
 	mode        = flag.String("mode", "fused", "fused, reference or autoregressive")
-	blockSize   = flag.Int("block", 0, "block size (default: the preset's, 4)")
-	threshold   = flag.Float64("threshold", -1, "reveal threshold in [0, 1]: masked positions whose confidence is above it are revealed (0: all of them); -1: the preset's")
-	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step (default: the preset's)")
+	blockSize   = flag.Int("block", 0, "block size, 1 to 128 (0: the preset's, 4)")
+	threshold   = flag.Float64("threshold", 0, "reveal threshold in [0, 1]: masked positions whose confidence is above it are revealed (0: all of them; default: the preset's)")
+	minReveal   = flag.Int("min-reveal", 0, "minimum reveals per step, 1 to 128 (0: the preset's)")
 	maxTokens   = flag.Int("max-tokens", 128, "maximum new tokens")
-	readback    = flag.Int("blocks-per-readback", 0, "the most blocks the device decodes between host reads: the first read comes after one block, each later one after twice as many as the one before, up to this (default: the preset's, 64; autoregressive mode counts block-size tokens as a block; each read costs about 2 ms on an H200; 1 streams block by block)")
+	readback    = flag.Int("blocks-per-readback", 0, "the most blocks the device decodes between host reads, 1 to 1024: the first read comes after one block, each later one after twice as many as the one before, up to this (0: the preset's, 64; autoregressive mode counts block-size tokens as a block; each read costs about 2 ms on an H200; 1 streams block by block)")
 	temperature = flag.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	topK        = flag.Int("top-k", 0, "sample from the k most likely tokens (0: all)")
 	topP        = flag.Float64("top-p", 1, "sample from the most likely tokens holding this probability (0 or 1: all)")
@@ -256,26 +257,55 @@ func stopTokens(tok *tokenizer.Tokenizer) ([]int, error) {
 	return ids, nil
 }
 
-// decodeConfig starts from the preset and applies the flags given.
+// decodeConfig starts from the preset and applies the flags given on the command line.
 func decodeConfig() (diffusion.Config, error) {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return decodeConfigGiven(given)
+}
+
+// decodeConfigGiven starts from the preset and applies the flags: -threshold when
+// given, the size flags when not 0. Values out of range are errors naming the flag.
+func decodeConfigGiven(given map[string]bool) (diffusion.Config, error) {
 	cfg, err := diffusion.Preset(*preset)
 	if err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("-preset: %w", err)
 	}
 	if cfg.Mode, err = diffusion.ParseMode(*mode); err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("-mode: %w", err)
 	}
-	if *blockSize > 0 {
-		cfg.BlockSize = *blockSize
+	var errs []error
+	size := func(name string, value, most int, dst *int) {
+		switch {
+		case value < 0 || value > most:
+			errs = append(errs, fmt.Errorf("-%s %d: want 1 to %d (0: the preset's)", name, value, most))
+		case value > 0:
+			*dst = value
+		}
 	}
-	if *threshold >= 0 {
+	size("block", *blockSize, diffusion.MaxBlockSize, &cfg.BlockSize)
+	size("min-reveal", *minReveal, diffusion.MaxBlockSize, &cfg.MinReveal)
+	size("blocks-per-readback", *readback, diffusion.MaxBlocksPerReadback, &cfg.BlocksPerReadback)
+	if given["threshold"] {
+		if !(*threshold >= 0 && *threshold <= 1) {
+			errs = append(errs, fmt.Errorf("-threshold %g: want a value in [0, 1]", *threshold))
+		}
 		cfg.Threshold = *threshold
 	}
-	if *minReveal > 0 {
-		cfg.MinReveal = *minReveal
+	if *maxTokens < 1 || *maxTokens > model.MaxPositions {
+		errs = append(errs, fmt.Errorf("-max-tokens %d: want 1 to %d", *maxTokens, model.MaxPositions))
 	}
-	if *readback > 0 {
-		cfg.BlocksPerReadback = *readback
+	if !(*temperature >= 0) || math.IsInf(*temperature, 1) {
+		errs = append(errs, fmt.Errorf("-temperature %g: want a finite value of 0 or more", *temperature))
+	}
+	if *topK < 0 || *topK > model.MaxVocabSize {
+		errs = append(errs, fmt.Errorf("-top-k %d: want 0 (all) to %d", *topK, model.MaxVocabSize))
+	}
+	if !(*topP >= 0 && *topP <= 1) {
+		errs = append(errs, fmt.Errorf("-top-p %g: want a value in [0, 1]", *topP))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, err
 	}
 	cfg.MaxNewTokens, cfg.Temperature, cfg.TopK, cfg.TopP, cfg.Seed = *maxTokens, *temperature, *topK, *topP, *seed
 	return cfg, cfg.Validate()

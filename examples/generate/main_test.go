@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,4 +108,42 @@ func TestStopTokens(t *testing.T) {
 	*stop = "<|im_end|>,<|no such token|>"
 	_, err = stopTokens(tok)
 	require.EqualError(t, err, `-stop: "<|no such token|>" is not a token of this vocabulary`)
+}
+
+// Flags out of range are errors naming the flag, not replaced by the preset's values;
+// 0 (and -threshold not given) keep the preset's.
+func TestDecodeConfigRanges(t *testing.T) {
+	defer func(b, m, r, n, k int, th, temp, p float64) {
+		*blockSize, *minReveal, *readback, *maxTokens, *topK, *threshold, *temperature, *topP = b, m, r, n, k, th, temp, p
+	}(*blockSize, *minReveal, *readback, *maxTokens, *topK, *threshold, *temperature, *topP)
+	for _, c := range []struct {
+		set  func()
+		want string
+	}{
+		{func() { *blockSize = -3 }, "-block -3: want 1 to 128"},
+		{func() { *blockSize = 1000 }, "-block 1000: want 1 to 128"},
+		{func() { *minReveal = -1 }, "-min-reveal -1"},
+		{func() { *readback = -64 }, "-blocks-per-readback -64"},
+		{func() { *threshold = -0.5 }, "-threshold -0.5: want a value in [0, 1]"},
+		{func() { *threshold = -1 }, "-threshold -1"},
+		{func() { *threshold = 1.5 }, "-threshold 1.5"},
+		{func() { *threshold = math.NaN() }, "-threshold NaN"},
+		{func() { *maxTokens = 0 }, "-max-tokens 0"},
+		{func() { *temperature = -1 }, "-temperature -1"},
+		{func() { *topK = -2 }, "-top-k -2"},
+		{func() { *topP = 2 }, "-top-p 2"},
+	} {
+		*blockSize, *minReveal, *readback, *maxTokens, *topK, *threshold, *temperature, *topP = 0, 0, 0, 16, 0, 0, 0, 1
+		c.set()
+		_, err := decodeConfigGiven(map[string]bool{"threshold": true})
+		require.ErrorContains(t, err, c.want)
+	}
+	*blockSize, *minReveal, *readback, *maxTokens, *topK, *threshold, *temperature, *topP = 8, 0, 0, 16, 0, 0.3, 0, 1
+	cfg, err := decodeConfigGiven(map[string]bool{})
+	require.NoError(t, err)
+	require.Equal(t, 8, cfg.BlockSize)
+	require.Equal(t, 0.9, cfg.Threshold, "-threshold not given: the preset's")
+	cfg, err = decodeConfigGiven(map[string]bool{"threshold": true})
+	require.NoError(t, err)
+	require.Equal(t, 0.3, cfg.Threshold)
 }

@@ -27,6 +27,9 @@ var (
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if err := checkContext(*context_); err != nil {
+		log.Fatal(err)
+	}
 	path := *modelDir
 	if path == "" {
 		dir, err := os.MkdirTemp("", "blockdiff-inspect")
@@ -42,6 +45,14 @@ func main() {
 	if err := inspect(path); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// checkContext refuses a -context out of range.
+func checkContext(n int) error {
+	if n < 1 || n > model.MaxPositions {
+		return fmt.Errorf("-context %d: want 1 to %d positions", n, model.MaxPositions)
+	}
+	return nil
 }
 
 // writeExample writes a few tensors of different dtypes with metadata.

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package model
+
+import "errors"
+
+func mkfifo(string) error { return errors.New("named pipes are not files here") }
