@@ -4,8 +4,8 @@ package hlo_test
 
 import (
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
