@@ -61,8 +61,9 @@ func (p PrefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
 	return false
 }
 
-// rotary holds cos and sin [b, w, 1, headDim/2] for a window's positions, in float32.
-type rotary struct{ cos, sin *Node }
+// rotary holds cos and sin [b, w, 1, headDim/2] for a window's positions, in float32,
+// and the same [b, w, headDim/2] (rowCos, rowSin) as kernels.WindowQKV takes them.
+type rotary struct{ cos, sin, rowCos, rowSin *Node }
 
 // newRotary computes the rotation angles pos·invFreq in float32, as transformers does,
 // at any position.
@@ -73,7 +74,7 @@ func newRotary(invFreq, pos *Node, attentionFactor float64) rotary {
 	if attentionFactor != 1 {
 		cos, sin = MulScalar(cos, attentionFactor), MulScalar(sin, attentionFactor)
 	}
-	return rotary{cos: InsertAxes(cos, 2), sin: InsertAxes(sin, 2)}
+	return rotary{cos: InsertAxes(cos, 2), sin: InsertAxes(sin, 2), rowCos: cos, rowSin: sin}
 }
 
 // apply rotates x [b, w, heads, d] with the rotate_half convention: the first and
@@ -257,13 +258,13 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	var uncommit func(keys, values *Node) *layerKV
 	switch {
 	case mask.inSlots != nil && b == 1:
-		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
+		keys, values, visible = windowInCache(cache.k, k, win.Start), windowInCache(cache.v, v, win.Start), mask.inSlots
 		newCache = cache // placed for the attention alone (backend.PlacesWindows)
 		if win.WriteLen != nil {
 			// The same update again, which XLA computes once, in place: built apart from
 			// the keys attended, so that a backend that places windows sees that this one
 			// writes (backend/hlo's placementsOf).
-			newCache = &layerKV{k: writeSlots(cache.k, k, win.Start), v: writeSlots(cache.v, v, win.Start)}
+			newCache = &layerKV{k: windowInCache(cache.k, k, win.Start), v: windowInCache(cache.v, v, win.Start)}
 		}
 	case mask.inSlots != nil:
 		// Every position added into its slot (zero, by the cache's invariant) for the
@@ -274,12 +275,12 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 			return &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
 		}
 	case mask.ownSlot != nil:
-		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
+		keys, values, visible = tokenInCache(cache.k, k, win.Start, nil), tokenInCache(cache.v, v, win.Start, nil), mask.ownSlot
 		newCache = cache
 		if win.WriteLen != nil {
 			// Written by selection, as the keys attended are placed: XLA computes both in
 			// one kernel that updates the cache in place.
-			newCache = &layerKV{k: placeToken(cache.k, k, win.Start, win.WriteLen), v: placeToken(cache.v, v, win.Start, win.WriteLen)}
+			newCache = &layerKV{k: tokenInCache(cache.k, k, win.Start, win.WriteLen), v: tokenInCache(cache.v, v, win.Start, win.WriteLen)}
 		}
 	case cache != nil:
 		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
@@ -303,6 +304,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	if keys != nil && mask.overCache != nil {
 		// The fused op in BHSD layout: queries [b, heads, w, d] over the cache's slots.
 		q := TransposeAllAxes(qHeads, 0, 2, 1, 3)
+		windowQKV(qkv, q, k, v, rope)
 		if out := fusedAttention(q, keys, values, compute.AttentionAxesLayoutBHSD, mask.overCache, scale); out != nil {
 			if uncommit != nil {
 				if orders(qkv.Graph()) {

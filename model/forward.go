@@ -89,25 +89,18 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		return ConvertDType(lin.Apply(x, paramsOf(name, lin, x)), dtypes.Float32)
 	}
 
-	// normed runs lin on rmsNorm(x)·weight·scale. For dense layers the row's 1/rms goes
-	// onto the float32 output instead of the input (a per-row scale commutes with the
-	// product): the input is then x·weight alone, which XLA can fuse into the GEMM, and
-	// the mean of squares a reduction of its own. Quantized layers (their activation
-	// scales were calibrated on normalised inputs) and calibration itself keep the
-	// normalised input.
+	// normed runs lin on rmsNorm(x)·weight·scale: for dense layers as normedDense, the
+	// row's 1/rms on the output; quantized layers (their activation scales were
+	// calibrated on normalised inputs) and calibration itself keep the normalised input.
 	normed := func(name string, lin Linear, x, weight *Node, scale float64) *Node {
 		if _, dense := lin.(*Dense); !dense || observe != nil {
-			h := rmsNorm(x, weight, cfg.RMSNormEps, compute)
+			h := normalisedRow(x, weight, cfg.RMSNormEps, compute)
 			if scale != 1 {
 				h = MulScalar(h, scale)
 			}
 			return apply(name, lin, h)
 		}
-		inv := invRMS(x, cfg.RMSNormEps)
-		if scale != 1 {
-			inv = MulScalar(inv, scale)
-		}
-		return Mul(apply(name, lin, normWeighted(ConvertDType(x, compute), weight)), inv)
+		return normedDense(x, weight, cfg.RMSNormEps, scale, compute, func(h *Node) *Node { return apply(name, lin, h) })
 	}
 
 	var newCache *CacheNodes
@@ -125,10 +118,10 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		if cache != nil {
 			newCache.K[i], newCache.V[i] = kv.k, kv.v
 		}
-		x = addScaled(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
+		x = residualAdd(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
 
 		gateUp := normed(linearName(i, "mlp.gate_up_proj"), layer.GateUp, x, w.Node(layer.MLPNorm), 1)
-		x = addScaled(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLU(gateUp)), residualScale)
+		x = residualAdd(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLUInput(gateUp, compute)), residualScale)
 	}
 
 	if win.LogitIndices != nil {
@@ -154,12 +147,15 @@ func takeRows(x, idx *Node) *Node {
 }
 
 // addScaled returns x + y·scale in x's dtype.
-func addScaled(x, y *Node, scale float64) *Node {
+func addScaled(x, y *Node, scale float64) *Node { return Add(x, scaledLike(x, y, scale)) }
+
+// scaledLike returns y·scale in x's dtype.
+func scaledLike(x, y *Node, scale float64) *Node {
 	y = ConvertDType(y, x.DType())
 	if scale != 1 {
 		y = MulScalar(y, scale)
 	}
-	return Add(x, y)
+	return y
 }
 
 // rmsNorm normalises the float32 x [..., h], then scales by weight [h] in the compute

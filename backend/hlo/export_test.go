@@ -42,10 +42,6 @@ func DeviceAddress(b compute.Buffer) (uintptr, error) {
 	return uintptr(p), err
 }
 
-// E4M3BFloat16Bits is the bfloat16 bits of an FP8 E4M3FN byte, as the backend
-// recognises package quant's decoding table by.
-var E4M3BFloat16Bits = e4m3BFloat16Bits
-
 // SetFP8Tiles makes the backend take row for FP8 products of one row, dot for those of
 // 2 to 16 rows (W8A8 products' of 2 to 8 too) and manyRows for more (where they divide
 // W) until the returned function restores the defaults: the fixture models' weights are

@@ -17,23 +17,6 @@ import (
 	"github.com/blockdiff/blockdiff/quant"
 )
 
-// The backend's E4M3FN values, which it recognises package quant's decoding table by,
-// are quant's codec's, each exact in bfloat16; the two NaN bytes a quiet NaN of their
-// sign, as quant's table holds them.
-func TestE4M3BFloat16Bits(t *testing.T) {
-	for b := range 256 {
-		bits := hlo.E4M3BFloat16Bits(uint8(b))
-		v := quant.DecodeE4M3(uint8(b))
-		if math.IsNaN(float64(v)) {
-			require.Equal(t, uint16(b>>7)<<15|0x7fc0, bits, "byte %#x", b)
-			continue
-		}
-		f := math.Float32bits(v)
-		require.Zero(t, f&0xffff, "byte %#x: %g is exact in bfloat16", b, v)
-		require.Equal(t, uint16(f>>16), bits, "byte %#x: %g", b, v)
-	}
-}
-
 // With option triton=gemv, every FP8 linear layer of a quantized fixture model (its
 // weight bytes decoded by quant's table) runs as our GEMV on the bytes themselves at
 // 4 and 8 rows (Dot tiles fitted to the fixtures' small weights, fitDotTile), where

@@ -122,14 +122,7 @@ func (f *Function) reduce(op compute.OpType, x compute.Value, axes []int) (compu
 		return nil, opError(op, err)
 	}
 	v, err := stablehlo.Reduce(vs[0], init, c, axes...)
-	out, err := f.result(op, v, err)
-	if err == nil {
-		f.record(out, op, x)
-		if o := originOf(out); o != nil {
-			o.axes = axes
-		}
-	}
-	return out, err
+	return f.result(op, v, err)
 }
 
 // ReduceSum implements compute.StandardOps.
@@ -462,11 +455,7 @@ func (f *Function) Gather(operand, startIndices compute.Value, indexVectorAxis i
 	}
 	v, err := stablehlo.Gather(vs[0], vs[1], indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, nil, nil,
 		startIndexMap, sliceSizes, indicesAreSorted)
-	out, err := f.result(op, v, err)
-	if err == nil {
-		f.recordE4M3Gather(out, operand, startIndices, indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, startIndexMap, sliceSizes)
-	}
-	return out, err
+	return f.result(op, v, err)
 }
 
 // scatter scatters updates into operand at scatterIndices, combining with combine.

@@ -332,16 +332,16 @@ func kernelKind(call string) string {
 	return kernel
 }
 
-// kernels counts kernels by kind (kernelKind).
-type kernels map[string]int
+// kinds counts kernels by kind (kernelKind).
+type kinds map[string]int
 
 // kernelPlan is the kernels a program runs: per layer, and once (the head's, and
 // corrections for the first layer, whose norm has no residual add before it).
-type kernelPlan struct{ perLayer, once kernels }
+type kernelPlan struct{ perLayer, once kinds }
 
 // total is the plan's count of each kind over layers.
-func (p kernelPlan) total(layers int) kernels {
-	out := kernels{}
+func (p kernelPlan) total(layers int) kinds {
+	out := kinds{}
 	for k, n := range p.perLayer {
 		out[k] += layers * n
 	}
@@ -357,9 +357,9 @@ func (p kernelPlan) total(layers int) kernels {
 // layer's first on the embedding alone; and the head's, on the last residual add, where
 // it reads several rows (firstAndHead), or folded into its GEMV (firstOnly, plus that).
 var (
-	rowNorms     = kernels{"residual+norm": 2}
-	firstAndHead = kernels{"norm": 1}
-	firstOnly    = kernels{"norm": 1, "residual+norm": -1}
+	rowNorms     = kinds{"residual+norm": 2}
+	firstAndHead = kinds{"norm": 1}
+	firstOnly    = kinds{"norm": 1, "residual+norm": -1}
 )
 
 // The kernels that the step programs of the MiniCPM5-2B shape (stepShape) run on our
@@ -369,43 +369,43 @@ var (
 var kernelPlans = map[string]map[string]kernelPlan{
 	"bf16": {
 		// The AR step folds every layer's work around its products into one-row GEMVs.
-		"ar": {kernels{"norm+gemv": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual": 1, "swiglu+gemv+residual/split": 1},
-			kernels{"norm+gemv": 1}},
-		"denoise": {with(rowNorms, kernels{"attention+rope+place": 1, "combine": 1}), firstAndHead},
-		"fused":   {with(rowNorms, kernels{"attention": 1, "combine": 1}), firstAndHead},
-		"ar-b8":   {with(rowNorms, kernels{"attention+rope+place+write": 1, "combine": 1}), firstAndHead},
+		"ar": {kinds{"norm+gemv": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual": 1, "swiglu+gemv+residual/split": 1},
+			kinds{"norm+gemv": 1}},
+		"denoise": {with(rowNorms, kinds{"attention+rope+place": 1, "combine": 1}), firstAndHead},
+		"fused":   {with(rowNorms, kinds{"attention": 1, "combine": 1}), firstAndHead},
+		"ar-b8":   {with(rowNorms, kinds{"attention+rope+place+write": 1, "combine": 1}), firstAndHead},
 		// At batch 8 the denoise step attends over cache and window concatenated.
 		"denoise-b8": {rowNorms, firstAndHead},
-		"fused-b8":   {with(rowNorms, kernels{"attention": 1, "combine": 1}), firstAndHead},
+		"fused-b8":   {with(rowNorms, kinds{"attention": 1, "combine": 1}), firstAndHead},
 		// The prefill's attention is cuDNN's; its head reads one row.
-		"prefill": {rowNorms, with(firstOnly, kernels{"norm+gemv": 1})},
+		"prefill": {rowNorms, with(firstOnly, kinds{"norm+gemv": 1})},
 	},
 	"fp8": {
-		"ar": {kernels{"norm+gemv/fp8": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual/fp8": 1, "swiglu+gemv+residual/fp8": 1},
-			kernels{"norm+gemv": 1}},
-		"denoise":    {with(rowNorms, kernels{"gemv/fp8": 4, "attention+rope+place": 1, "combine": 1}), firstAndHead},
-		"fused":      {with(rowNorms, kernels{"gemv/fp8": 4, "attention": 1, "combine": 1}), firstAndHead},
-		"ar-b8":      {with(rowNorms, kernels{"gemv/fp8": 4, "attention+rope+place+write": 1, "combine": 1}), firstAndHead},
-		"denoise-b8": {with(rowNorms, kernels{"gemv/fp8": 4}), firstAndHead},
+		"ar": {kinds{"norm+gemv/fp8": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual/fp8": 1, "swiglu+gemv+residual/fp8": 1},
+			kinds{"norm+gemv": 1}},
+		"denoise":    {with(rowNorms, kinds{"gemv/fp8": 4, "attention+rope+place": 1, "combine": 1}), firstAndHead},
+		"fused":      {with(rowNorms, kinds{"gemv/fp8": 4, "attention": 1, "combine": 1}), firstAndHead},
+		"ar-b8":      {with(rowNorms, kinds{"gemv/fp8": 4, "attention+rope+place+write": 1, "combine": 1}), firstAndHead},
+		"denoise-b8": {with(rowNorms, kinds{"gemv/fp8": 4}), firstAndHead},
 		// 64 rows: XLA's GEMM reads the bytes.
-		"fused-b8": {with(rowNorms, kernels{"attention": 1, "combine": 1}), firstAndHead},
-		"prefill":  {rowNorms, with(firstOnly, kernels{"norm+gemv": 1})},
+		"fused-b8": {with(rowNorms, kinds{"attention": 1, "combine": 1}), firstAndHead},
+		"prefill":  {rowNorms, with(firstOnly, kinds{"norm+gemv": 1})},
 	},
 	// W8A8 layers quantize their input: no norm folds into them, only the head's.
 	"w8a8": {
-		"ar": {kernels{"gemv/fp8": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual/fp8": 2},
-			kernels{"norm+gemv": 1}},
-		"denoise":    {kernels{"gemv/fp8×fp8": 4, "attention+rope+place": 1, "combine": 1}, kernels{"residual+norm": 1}},
-		"fused":      {kernels{"gemv/fp8×fp8": 4, "attention": 1, "combine": 1}, kernels{"residual+norm": 1}},
-		"ar-b8":      {kernels{"gemv/fp8×fp8": 4, "attention+rope+place+write": 1, "combine": 1}, kernels{"residual+norm": 1}},
-		"denoise-b8": {kernels{"gemv/fp8": 4}, kernels{"residual+norm": 1}},
-		"fused-b8":   {kernels{"attention": 1, "combine": 1}, kernels{"residual+norm": 1}},
-		"prefill":    {kernels{}, kernels{"norm+gemv": 1}},
+		"ar": {kinds{"gemv/fp8": 2, "attention+rope+place+write": 1, "combine": 1, "gemv+residual/fp8": 2},
+			kinds{"norm+gemv": 1}},
+		"denoise":    {kinds{"gemv/fp8×fp8": 4, "attention+rope+place": 1, "combine": 1}, kinds{"residual+norm": 1}},
+		"fused":      {kinds{"gemv/fp8×fp8": 4, "attention": 1, "combine": 1}, kinds{"residual+norm": 1}},
+		"ar-b8":      {kinds{"gemv/fp8×fp8": 4, "attention+rope+place+write": 1, "combine": 1}, kinds{"residual+norm": 1}},
+		"denoise-b8": {kinds{"gemv/fp8": 4}, kinds{"residual+norm": 1}},
+		"fused-b8":   {kinds{"attention": 1, "combine": 1}, kinds{"residual+norm": 1}},
+		"prefill":    {kinds{}, kinds{"norm+gemv": 1}},
 	},
 }
 
 // with is the kinds of a and b together.
-func with(a, b kernels) kernels {
+func with(a, b kinds) kinds {
 	out := maps.Clone(a)
 	for k, n := range b {
 		out[k] += n
@@ -423,7 +423,7 @@ func TestKernelPlan(t *testing.T) {
 		m := loadStepModel(t, b, variant)
 		for _, p := range stepPrograms {
 			want := kernelPlans[variant][p.Name].total(m.Config.NumLayers)
-			require.Equal(t, want, kernels(liveKernels(p.text(t, m))), "%s, %s", variant, p.Name)
+			require.Equal(t, want, kinds(liveKernels(p.text(t, m))), "%s, %s", variant, p.Name)
 		}
 		require.NoError(t, m.Close())
 	}
