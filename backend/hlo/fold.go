@@ -71,8 +71,8 @@ func partsOf(v *value) *value {
 }
 
 // recordsOrigins reports whether b keeps what its kernels need to know of values
-// (origin) and the operations the model names: with option triton=gemv (for FP8
-// weights, fp8.go), triton=fold, triton=rope, triton=norm or triton=place.
+// (origin) and the operations the model names: with our GEMV (for FP8
+// weights, fp8.go), fold, rope, norm or place kernels.
 func (b *Backend) recordsOrigins() bool {
 	return b.tritonGEMV != gemvNone || b.tritonFold || b.tritonRope || b.tritonNorm || b.tritonPlace
 }
@@ -96,9 +96,9 @@ func (f *Function) recordOperand(out compute.Value, op compute.OpType, x compute
 // denseProduct records, on the output of DotGeneral, the dense bfloat16 product of rows
 // x [..., K] and w [N, K] (contracting x's last axis with w's axis 1, no batch axes)
 // with a float32 output: model's Dense.ApplyFloat32, which normedProduct folds a norm
-// into and residualProduct a residual add where x is one row (with option
-// triton=fold), whether or not our GEMV computes it, and after which normedRows
-// computes the norm of several rows (with option triton=norm).
+// into and residualProduct a residual add where x is one row (with tritonFold),
+// whether or not our GEMV computes it, and after which normedRows
+// computes the norm of several rows (with tritonNorm).
 func (f *Function) denseProduct(out compute.Value, x, w compute.Value, xContracting, xBatch, wContracting, wBatch []int, config compute.DotGeneralConfig) {
 	o, ok1 := out.(*value)
 	xv, ok2 := x.(*value)
@@ -121,7 +121,7 @@ type foldCandidate struct {
 	t       triton.Tile
 }
 
-// foldCandidate returns, with option triton=fold, product as a foldCandidate with scale
+// foldCandidate returns, with tritonFold, product as a foldCandidate with scale
 // (nil for none), if it is one.
 func (f *Function) foldCandidate(product, scale *value) (foldCandidate, bool) {
 	o := originOf(product)
@@ -172,7 +172,7 @@ func (c foldCandidate) scaleOperand() []compute.Value {
 	return []compute.Value{c.scale}
 }
 
-// normedProduct returns, with option triton=fold, a kernels.NormedDense of one row as
+// normedProduct returns, with tritonFold, a kernels.NormedDense of one row as
 // one Triton kernel (triton.Kernels.GEMVNorm): the norm and the product of its weight.
 // The norm's own operations and the product it replaces are then left unused, for XLA
 // to remove. ok is false, with nothing added, where the kernel does not take it.
@@ -235,11 +235,11 @@ func (f *Function) gemvNorm(c foldCandidate, x, g *value, norm triton.Norm) (com
 	return f.result(compute.OpTypeMul, y, err)
 }
 
-// residualProduct returns, with option triton=fold, a kernels.ResidualAdd as one
+// residualProduct returns, with tritonFold, a kernels.ResidualAdd as one
 // Triton kernel (triton.Kernels.GEMVResidual) where its product is a dense product of
 // one row (denseProduct), or an FP8 layer's (kernels.FP8Dense), that a fold kernel
 // takes: model's residual adds after its o and down projections, whose sums then need
-// no kernel of their own. That holds for o too, which option triton=gemv leaves to
+// no kernel of their own. That holds for o too, which tritonGEMV leaves to
 // XLA's dot: once our GEMV with the norm reads the sum, XLA runs its dot and the add
 // as two kernels. Where the product's input is a kernels.SwiGLU, the kernel computes
 // that too (triton.Kernels.GEMVSwiGLUResidual). The product it replaces is left
@@ -304,8 +304,8 @@ func (f *Function) residualProduct(r *residualAdd) (v compute.Value, ok bool, er
 	return out, true, err
 }
 
-// preloadTile is the tile of the o projection's GEMV with options triton=preload and
-// triton=pdl: 2 rows of the whole K, one step, that each program loads before its PDL wait
+// preloadTile is the tile of the o projection's GEMV with tritonPreload and
+// tritonPDL: 2 rows of the whole K, one step, that each program loads before its PDL wait
 // (triton.Kernels.Preload); the fastest measured. triton.CheckGEMV refuses it past K 2048.
 func preloadTile(k int) triton.Tile { return triton.Tile{BN: 2, BK: k, Stages: 1} }
 

@@ -17,7 +17,7 @@ import (
 // bfloat16, indexed by the bytes). XLA then writes the decoded bfloat16 weight out and
 // reads it back for every product, 5 bytes of traffic a weight instead of the byte the
 // checkpoint holds. Package quant names that decoder's output (kernels.E4M3Decoded):
-// with option triton=gemv, a product of up to 32 rows whose weight is so decoded runs
+// with tritonGEMV, a product of up to 32 rows whose weight is so decoded runs
 // our GEMV on the bytes themselves (e4m3Bytes, tritonGEMV), which reads each as its
 // E4M3FN value; the Gather is then left unused, for XLA to remove. Where
 // the input is a W8A8 layer's, quantized to bytes the same table decodes, a product of
@@ -37,7 +37,7 @@ func e4m3Bytes(w compute.Value) *value {
 	return originOf(v).e4m3
 }
 
-// normalisedProduct returns, with option triton=fold, a kernels.FP8Dense of one row
+// normalisedProduct returns, with tritonFold, a kernels.FP8Dense of one row
 // whose input is a kernels.NormalisedRow as one Triton kernel (triton.Kernels.GEMVNorm
 // with the norm before the product): the norm, the product of the bytes and the scale
 // in one kernel. The norm's own operations and the product are left for XLA to

@@ -36,7 +36,7 @@ type Function struct {
 	returned    bool
 	// placements are the kernels.TokenInCache that write a one-token window into its
 	// cache, which our attention kernel may take over, and the kernels.WindowInCache, in
-	// the order the model named them (option triton=place, place.go).
+	// the order the model named them (tritonPlace, place.go).
 	placements []placement
 }
 

@@ -39,7 +39,7 @@ func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shap
 func TestModelProgramsBuild(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+			m, err := model.Load(hlo.PlainBuildOnly(), dir, model.LoadOptions{})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, m.Close()) }()
 			require.Equal(t, dtypes.BFloat16, m.DType)
@@ -89,7 +89,7 @@ func TestModelProgramsBuild(t *testing.T) {
 func TestTritonGEMVInModels(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			plain, _ := windowText(t, hlo.NewBuildOnly(), dir, 1, 4)
+			plain, _ := windowText(t, hlo.PlainBuildOnly(), dir, 1, 4)
 			lowered, _ := windowText(t, tritonOnly(t), dir, 1, 4)
 			require.Empty(t, tritonCalls(plain))
 			dense, batched := denseDots(plain)
@@ -114,7 +114,7 @@ func TestTritonGEMVInModels(t *testing.T) {
 // orders the removal of uncommitted keys after the kernels' read by one optimization
 // barrier (without it XLA copies the cache twice a layer).
 func TestTritonAttentionInModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=attention")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention")
 	require.NoError(t, err)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
@@ -143,11 +143,11 @@ func TestTritonAttentionInModels(t *testing.T) {
 // 4 rows keeps the plain products.
 func TestTritonFoldInModels(t *testing.T) {
 	for _, options := range []string{"triton=gemv-all,triton=fold", "triton=gemv,triton=fold"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
-				m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+				m, err := model.Load(hlo.PlainBuildOnly(), dir, model.LoadOptions{})
 				require.NoError(t, err)
 				cfg := m.Config
 				require.NoError(t, m.Close())
@@ -184,7 +184,7 @@ func TestTritonPDLInModels(t *testing.T) {
 		if pdl {
 			o += ",triton=pdl"
 		}
-		b, err := hlo.NewBuildOnlyWith(o)
+		b, err := hlo.NewBuildOnlyWithKernels(o)
 		require.NoError(t, err)
 		text, _ := windowText(t, b, dir, 1, 1)
 		calls := tritonCallsWith(text, "tt.func")
@@ -210,7 +210,7 @@ func TestTritonRopeInModels(t *testing.T) {
 			if rope {
 				options += ",triton=rope"
 			}
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
 				text, layers := windowText(t, b, dir, w[0], w[1])
@@ -236,7 +236,7 @@ func TestTritonPlaceInModels(t *testing.T) {
 	const reading = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc"
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			text, layers := windowTextWrites(t, b, dir, 1, 4, false)
 			name := fmt.Sprintf("%s %s, a denoise step", filepath.Base(dir), options)
@@ -253,7 +253,7 @@ func TestTritonPlaceInModels(t *testing.T) {
 	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
 				text, layers := windowText(t, b, dir, w[0], w[1])
@@ -349,7 +349,7 @@ func TestTritonNormInModels(t *testing.T) {
 	const plain, summed = "tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g:",
 		"tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %b:"
 	for _, options := range []string{"triton=norm", "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
@@ -380,7 +380,7 @@ func TestTritonPlacePastCopyBound(t *testing.T) {
 	const layers, capacity = 2, 4608
 	dir := zeroCheckpoint(t, layers)
 	for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, batch := range []int{1, 2} {
 			m, err := model.Load(b, dir, model.LoadOptions{})
@@ -453,12 +453,12 @@ func zeroCheckpoint(t *testing.T, layers int) string {
 // steps, nothing is split.
 func TestSplitDownInModels(t *testing.T) {
 	dir := filepath.Join(fixtures.Dir(t), "models", "tiny-llama")
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=2")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv,triton=fold,splitdown=2")
 	require.NoError(t, err)
 	text, _ := windowText(t, b, dir, 1, 1)
 	require.NotContains(t, text, "%kstart = arith.muli %part")
 
-	b, err = hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=3")
+	b, err = hlo.NewBuildOnlyWithKernels("triton=gemv,triton=fold,splitdown=3")
 	require.NoError(t, err)
 	text, layers := windowText(t, b, dir, 1, 1)
 	const hidden = 64
@@ -493,7 +493,7 @@ func TestPreloadInModels(t *testing.T) {
 		{kernels + ",triton=preload", 4, 0, 0},
 		{kernels, 1, 0, 0},
 	} {
-		b, err := hlo.NewBuildOnlyWith(c.options)
+		b, err := hlo.NewBuildOnlyWithKernels(c.options)
 		require.NoError(t, err)
 		text, layers := windowText(t, b, dir, 1, c.width)
 		require.Equal(t, c.loads*layers, tritonCallsWith(text, "%wfirst = tt.load %wp0 : tensor<2x128x!tt.ptr<bf16>>"), "%s, width %d", c.options, c.width)

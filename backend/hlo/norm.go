@@ -13,7 +13,7 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// normedRows returns, with option triton=norm, a kernels.NormedDense of several rows
+// normedRows returns, with tritonNorm, a kernels.NormedDense of several rows
 // as our norm kernel (triton.Kernels.RowNorm) and the dense product of its output,
 // scaled by each row's 1/rms, where our kernels take it (normedDense.takenByKernels).
 // Where X is a kernels.ResidualAdd that XLA would add, the kernel takes its addends

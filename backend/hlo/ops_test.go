@@ -22,7 +22,7 @@ import (
 // StableHLO text.
 func build(t *testing.T, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) string {
 	t.Helper()
-	return buildOn(t, hlo.NewBuildOnly(), inputs, fn)
+	return buildOn(t, hlo.PlainBuildOnly(), inputs, fn)
 }
 
 // buildOn is build on the build-only backend b.
@@ -190,7 +190,7 @@ func TestWhile(t *testing.T) {
 }
 
 func TestFusedOpsAreDecomposed(t *testing.T) {
-	require.False(t, hlo.NewBuildOnly().Capabilities().Operations[compute.OpTypeFusedSoftmax])
+	require.False(t, hlo.PlainBuildOnly().Capabilities().Operations[compute.OpTypeFusedSoftmax])
 	text := build(t, []shapes.Shape{f32(2, 7)}, func(g *Graph, in []*Node) []*Node {
 		return []*Node{Softmax(in[0], -1)}
 	})
@@ -198,7 +198,7 @@ func TestFusedOpsAreDecomposed(t *testing.T) {
 }
 
 func TestExecuteFailsWhenBuildOnly(t *testing.T) {
-	b := hlo.NewBuildOnly()
+	b := hlo.PlainBuildOnly()
 	exec, err := NewExec(b, func(x *Node) *Node { return Neg(x) })
 	require.NoError(t, err)
 	err = exceptions.TryCatch[error](func() { exec.MustCall([]float32{1, 2}) })
@@ -218,7 +218,7 @@ func TestRandomNormal(t *testing.T) {
 // tritonOnly returns a build-only backend with option triton=gemv-all.
 func tritonOnly(t *testing.T) *hlo.Backend {
 	t.Helper()
-	b, err := hlo.NewBuildOnlyWith("triton=gemv-all")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv-all")
 	require.NoError(t, err)
 	return b
 }
@@ -365,7 +365,7 @@ func TestTritonGEMVInWhile(t *testing.T) {
 // triton=gemv lowers only the products our GEMV ran faster than XLA's dot on the H200:
 // MiniCPM5-2B's gate/up at 1 row, but not its qkv at 1 row nor its gate/up at 4 rows.
 func TestTritonGEMVWhereFaster(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv")
 	require.NoError(t, err)
 	for _, c := range []struct {
 		rows, n int
@@ -386,7 +386,7 @@ func TestTritonGEMVWhereFaster(t *testing.T) {
 // named layer whose product by its factor is never built, or whose norm weight does not
 // fit its rows, fails.
 func TestTritonFoldInWhile(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=fold")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=fold")
 	require.NoError(t, err)
 	f32, bf16 := dtypes.Float32, dtypes.BFloat16
 	inputs := []shapes.Shape{shapes.Make(f32, 1, 1, 64), shapes.Make(bf16, 64), shapes.Make(bf16, 128, 64)}

@@ -19,7 +19,7 @@ type placement struct {
 	window                     bool
 }
 
-// place keeps p on its result and, with option triton=place, notes it where it places a
+// place keeps p on its result and, with tritonPlace, notes it where it places a
 // token in the rows where n is positive (model's write of a one-token window into its
 // cache, which our attention kernel may take over) or a window in its slots (the keys
 // attended, or the cache's update: placementsOf tells them apart), in the order the
@@ -32,7 +32,7 @@ func (bld *Builder) place(p *placement) {
 	}
 }
 
-// placementsOf returns, with option triton=place, the placements that key and value of
+// placementsOf returns, with tritonPlace, the placements that key and value of
 // an attention of a's shape are: for one query per row a one-token window placed in its
 // slot of the cache in every row (a kernels.TokenInCache without n), for more at batch 1
 // its window placed in its slots (a kernels.WindowInCache) where it writes nothing,

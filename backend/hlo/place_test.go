@@ -22,7 +22,7 @@ import (
 // with n > 0. A value other than the named one, or an update at another start, is left
 // to XLA, and so are placements the graph does not name.
 func TestTritonPlaceTokens(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=attention,triton=rope,triton=place")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention,triton=rope,triton=place")
 	require.NoError(t, err)
 	f32, bf16, i32 := dtypes.Float32, dtypes.BFloat16, dtypes.Int32
 	const heads, kvHeads, d, slots = 4, 2, 16, 64
@@ -91,7 +91,7 @@ func TestTritonPlaceTokens(t *testing.T) {
 // nothing; a value other than the named one, or a second update of the cache with the
 // same keys (the window's write, which reads them anyway), leaves the placement to XLA.
 func TestTritonPlaceWindows(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=attention,triton=rope,triton=place")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention,triton=rope,triton=place")
 	require.NoError(t, err)
 	f32, bf16, i32 := dtypes.Float32, dtypes.BFloat16, dtypes.Int32
 	const heads, kvHeads, d, slots, w = 4, 2, 16, 64, 4

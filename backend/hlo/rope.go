@@ -11,7 +11,7 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// rotatedQueries returns, with option triton=rope, the operands and shape of our
+// rotatedQueries returns, with tritonRope, the operands and shape of our
 // attention kernel a that rotates the queries itself where query, the attention's q
 // [B, Heads, T, D] (BHSD), is a kernels.WindowQKV's: the rows the queries come from
 // (queryRows) and cos and sin reshaped to [B, T, D/2]. XLA then drops the rotation of

@@ -39,7 +39,7 @@ func rotateHalves(x, cos, sin *Node, h halves) *Node {
 // values they round, which it reads whole. The same queries unnamed reach it rotated:
 // the backend recognises no chain of operations.
 func TestTritonRopeReadsRows(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=attention,triton=rope")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention,triton=rope")
 	require.NoError(t, err)
 	f32, bf16 := dtypes.Float32, dtypes.BFloat16
 	const heads, kvHeads, d, keys = 4, 2, 16, 64
