@@ -201,10 +201,10 @@ func MinWindow(b compute.Backend, batch int) int {
 const minUnpaddedBatch = 64
 
 // AsksForFusedAttention reports whether half-precision attention without a cache
-// should ask b for its fused scaled-dot-product attention by default (see
-// model.PrefillAttentionAuto): yes on XLA's backend and on our own StableHLO backend
-// ("bdxla", package backend/hlo), whose CUDA plugin runs cuDNN flash attention; no on
-// the Go backend, whose fused op is a scalar loop 7-10x slower than the plain path.
+// should ask b for its fused scaled-dot-product attention (model's prefill attention):
+// yes on XLA's backend and on our own StableHLO backend ("bdxla", package backend/hlo),
+// whose CUDA plugin runs cuDNN flash attention; no on the Go backend, whose fused op is
+// a scalar loop 7-10x slower than the plain path.
 func AsksForFusedAttention(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }

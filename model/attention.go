@@ -12,53 +12,81 @@ import (
 	"github.com/blockdiff/blockdiff/backend"
 )
 
-// PrefillAttention selects how a window that reads no cache (a prefill into an empty
-// cache, or [Model.Logits]) computes attention. Windows that read a cache always use
-// the plain path.
-type PrefillAttention int
+// prefillAttention selects how a window that reads no cache (a prefill into an empty
+// cache, or [Model.Logits]) computes attention (paths.prefill). Windows that read a
+// cache always use the plain path.
+type prefillAttention int
 
 const (
-	// PrefillAttentionAuto, the default, asks for the backend's fused attention when the
-	// compute dtype is bfloat16, except on the Go backend (see
-	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
-	// plugin, through XLA's backend or ours ("bdxla"), the fused op is cuDNN flash
-	// attention; XLA's CPU plugin declines it and the plain path runs. On ours, windows
-	// of 1024 tokens or more run cuDNN's causal attention and add each query's later
-	// keys in its block (see [mergeLaterKeys]). Float32 models keep the plain path
-	// (cuDNN's is half-precision only). The Go backend's fused op (float32 only) is a
-	// scalar loop, 7-10x slower than the plain path on a 512-token prefill.
-	PrefillAttentionAuto PrefillAttention = iota
-	// PrefillAttentionFused asks for the fused op on any backend and compute dtype,
-	// still falling back to the plain path where the backend declines it (e.g. for A/B
-	// timing).
-	PrefillAttentionFused
-	// PrefillAttentionPlain always uses the plain path: float32 scores [b, kvHeads, w,
-	// group, w] materialised and masked, softmax in float32.
-	PrefillAttentionPlain
+	// prefillAuto, the default, asks for the backend's fused attention when the compute
+	// dtype is bfloat16, except on the Go backend (see backend.AsksForFusedAttention),
+	// and uses the plain path otherwise. On XLA's CUDA plugin, through XLA's backend or
+	// ours ("bdxla"), the fused op is cuDNN flash attention; XLA's CPU plugin declines it
+	// and the plain path runs. On ours, windows of 1024 tokens or more run cuDNN's causal
+	// attention and add each query's later keys in its block (see [mergeLaterKeys]).
+	// Float32 models keep the plain path (cuDNN's is half-precision only). The Go
+	// backend's fused op (float32 only) is a scalar loop, 7-10x slower than the plain
+	// path on a 512-token prefill.
+	prefillAuto prefillAttention = iota
+	// prefillFused asks for the fused op on any backend and compute dtype, still falling
+	// back to the plain path where the backend declines it (tests).
+	prefillFused
+	// prefillPlain always uses the plain path: float32 scores [b, kvHeads, w, group, w]
+	// materialised and masked, softmax in float32 (tests).
+	prefillPlain
 )
 
 // String returns "auto", "fused" or "plain".
-func (p PrefillAttention) String() string {
+func (p prefillAttention) String() string {
 	switch p {
-	case PrefillAttentionAuto:
+	case prefillAuto:
 		return "auto"
-	case PrefillAttentionFused:
+	case prefillFused:
 		return "fused"
-	case PrefillAttentionPlain:
+	case prefillPlain:
 		return "plain"
 	}
-	return "PrefillAttention(?)"
+	return "prefillAttention(?)"
 }
 
 // useFused reports whether a window without a cache read asks for the fused op.
-func (p PrefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
+func (p prefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
 	switch p {
-	case PrefillAttentionFused:
+	case prefillFused:
 		return true
-	case PrefillAttentionAuto:
+	case prefillAuto:
 		return dtype.IsHalfPrecision() && backend.AsksForFusedAttention(b)
 	}
 	return false
+}
+
+// paths are the forward pass's choices that depend on the backend, read from it once
+// when the model is made (pathsOf); tests set them to take one backend's paths on
+// another (the Go backend's tests cover XLA's so).
+type paths struct {
+	// fuses has windows over the cache take the paths of backends that fuse elementwise
+	// work (backend.FusesElementwise; see [inSlots] and [inOwnSlot]).
+	fuses bool
+	// placesWindows has windows at batch 1 that write nothing attend over a copy of the
+	// cache holding their keys in their slots (backend.PlacesWindows; see [inSlots]).
+	placesWindows bool
+	// fusedOverCache has windows over the cache in their slots ask for the fused
+	// attention (backend.FusedAttentionOverCache; see [masks]).
+	fusedOverCache bool
+	// prefill is how windows that read no cache attend.
+	prefill prefillAttention
+	// logSumExp: the backend's fused attention returns its log-sum-exps
+	// (backend.AttentionLogSumExp), so that prefills of partsFrom positions or more
+	// (byPartsMinWindow) run by parts ([mergeLaterKeys]).
+	logSumExp bool
+	partsFrom int
+}
+
+// pathsOf is the paths of a model on b.
+func pathsOf(b compute.Backend) paths {
+	return paths{fuses: backend.FusesElementwise(b), placesWindows: backend.PlacesWindows(b),
+		fusedOverCache: backend.FusedAttentionOverCache(b), prefill: prefillAuto,
+		logSumExp: backend.AttentionLogSumExp(b), partsFrom: byPartsMinWindow}
 }
 
 // rotary holds cos and sin [b, w, 1, headDim/2] for a window's positions, in float32,
@@ -104,7 +132,7 @@ type masks struct {
 	// slots and Start.
 	ownSlot *Node
 	// fused, when not nil, asks attention for the backend's fused op (a window that
-	// reads no cache, see [PrefillAttention]).
+	// reads no cache, see [prefillAttention]).
 	fused *fusedMasks
 	// overCache, when not nil, asks attention for the backend's fused op over the cache
 	// holding the window's keys in their slots (inSlots or ownSlot as its mask [b, w,

@@ -4,8 +4,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
-
-	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Window is the input of one forward pass: for each row of the batch, w consecutive
@@ -60,17 +58,12 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend),
-		m.placesWindowsAnywhere || backend.PlacesWindows(m.backend))
-	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
-		from := byPartsMinWindow
-		if m.partsFromWindow != 0 {
-			from = m.partsFromWindow
-		}
-		byParts := win.Tokens.Shape().Dimensions[1] >= from && backend.AttentionLogSumExp(m.backend)
+	mask := attentionMask(win, pos, cache, m.paths.fuses, m.paths.placesWindows)
+	if mask.cache == nil && m.paths.prefill.useFused(compute, m.backend) {
+		byParts := win.Tokens.Shape().Dimensions[1] >= m.paths.partsFrom && m.paths.logSumExp
 		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1, byParts, pos, win.BlockSize)
 	}
-	if m.fusedOverCacheAnywhere || backend.FusedAttentionOverCache(m.backend) {
+	if m.paths.fusedOverCache {
 		mask.overCache = overCacheMasks(mask)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
@@ -145,9 +138,6 @@ func takeRows(x, idx *Node) *Node {
 	rows := BroadcastToDims(Iota(g, shapes.Make(dtypes.Int32, b, 1), 0), b, r)
 	return Gather(x, Stack([]*Node{rows, ConvertDType(idx, dtypes.Int32)}, -1))
 }
-
-// addScaled returns x + y·scale in x's dtype.
-func addScaled(x, y *Node, scale float64) *Node { return Add(x, scaledLike(x, y, scale)) }
 
 // scaledLike returns y·scale in x's dtype.
 func scaledLike(x, y *Node, scale float64) *Node {

@@ -32,10 +32,10 @@ func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shap
 	return string(text)
 }
 
-// The forward passes of every fixture model build on the backend, in its default
-// compute dtype (bfloat16, as on a GPU): without a cache, block-causal and causal, with
-// and without asking for fused attention (declined, so decomposed), and cached windows
-// that write the cache or only read it.
+// The forward passes of every fixture model build on the backend without our kernels,
+// in its default compute dtype (bfloat16, as on a GPU): without a cache, block-causal
+// and causal, asking for the fused attention, and cached windows that write the cache
+// or only read it.
 func TestModelProgramsBuild(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
@@ -46,17 +46,14 @@ func TestModelProgramsBuild(t *testing.T) {
 			v := m.Config.VocabSize
 			logits := func(b, r int) string { return fmt.Sprintf("tensor<%dx%dx%dxf32>", b, r, v) }
 
-			for _, attention := range []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused} {
-				m.PrefillAttention = attention
-				for _, block := range []int{1, 4} {
-					name := fmt.Sprintf("logits_%s_block%d", attention, block)
-					text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
-						start := Zeros(in[0].Graph(), i32(1))
-						out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
-						return []*Node{out}
-					})
-					requireProgram(t, text, logits(1, 8))
-				}
+			for _, block := range []int{1, 4} {
+				name := fmt.Sprintf("logits_block%d", block)
+				text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
+					start := Zeros(in[0].Graph(), i32(1))
+					out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
+					return []*Node{out}
+				})
+				requireProgram(t, text, logits(1, 8))
 			}
 
 			cacheShape := m.CacheShape(2, 32)
