@@ -60,6 +60,7 @@ func (b *Backend) MarkKernel(op kernels.Op) error {
 // request is an operation named by the model that a Mul or an Add of a and b completes:
 // a *normedDense, *fp8Dense or *residualAdd.
 type request struct {
+	name string // the operation's, kernels.Op.Name
 	op   compute.OpType
 	a, b *value
 	mark any
@@ -95,15 +96,15 @@ func (bld *Builder) mark(op kernels.Op, vs []*value) error {
 	switch o := op.(type) {
 	case kernels.NormedDense:
 		x, product, factor := vs[0], vs[2], vs[3]
-		bld.pending = append(bld.pending, request{op: compute.OpTypeMul, a: product, b: factor,
+		bld.pending = append(bld.pending, request{name: op.Name(), op: compute.OpTypeMul, a: product, b: factor,
 			mark: &normedDense{x: x, gain: vs[1], product: product, factor: factor, norm: normOf(x, o.Eps), scale: o.Scale}})
 	case kernels.FP8Dense:
 		product, factor := vs[0], vs[2]
-		bld.pending = append(bld.pending, request{op: compute.OpTypeMul, a: product, b: factor,
+		bld.pending = append(bld.pending, request{name: op.Name(), op: compute.OpTypeMul, a: product, b: factor,
 			mark: &fp8Dense{product: product, scale: vs[1], factor: factor}})
 	case kernels.ResidualAdd:
 		residual, product := vs[0], vs[1]
-		bld.pending = append(bld.pending, request{op: compute.OpTypeAdd, a: residual, b: product,
+		bld.pending = append(bld.pending, request{name: op.Name(), op: compute.OpTypeAdd, a: residual, b: product,
 			mark: &residualAdd{residual: residual, product: product}})
 	case kernels.NormalisedRow:
 		vs[0].known().row = &normalisedRow{x: vs[1], gain: vs[2], norm: normOf(vs[1], o.Eps)}
@@ -284,7 +285,7 @@ func (bld *Builder) checkCompleted() error {
 	}
 	var names []string
 	for _, q := range bld.pending {
-		names = append(names, fmt.Sprintf("%T, by %s of %s and %s", q.mark, q.op, q.a.shape, q.b.shape))
+		names = append(names, fmt.Sprintf("%s, by %s of %s and %s", q.name, q.op, q.a.shape, q.b.shape))
 	}
 	return fmt.Errorf("hlo: operations named by the model (package internal/kernels) but never completed: %s",
 		strings.Join(names, "; "))
