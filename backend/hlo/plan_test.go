@@ -35,14 +35,28 @@ var stepShape = func() model.Config {
 	return cfg
 }()
 
-// stepCheckpoint writes stepShape's checkpoint once per test binary.
+// stepCheckpoint writes stepShape's checkpoint once per test binary, into a folder
+// TestMain removes.
 var stepCheckpoint = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "blockdiff-stepshape-")
 	if err != nil {
 		return "", err
 	}
+	stepCheckpointDir = dir
 	return dir, writeZeroCheckpoint(dir, stepShape)
 })
+
+// stepCheckpointDir is stepCheckpoint's folder, once written.
+var stepCheckpointDir string
+
+// TestMain runs the tests, then removes stepCheckpoint's folder (some 200 MB).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if stepCheckpointDir != "" {
+		_ = os.RemoveAll(stepCheckpointDir)
+	}
+	os.Exit(code)
+}
 
 // writeZeroCheckpoint writes a Llama checkpoint of cfg's shape whose bfloat16 weights
 // are all zero, for programs built only.
