@@ -326,12 +326,12 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
-// Triton kernels (triton.Kernels.AttentionOutput), with tritonRope on the
-// queries before their rotation where query, q's value, is model's rotation of them
-// (rope.go), and with tritonPlace on the cache before a window's keys and
-// values are placed in it, where key and value are model's placement of them
-// (place.go): where a one-token window's are also written into the cache, the
-// placements' values become the kernel's outputs, the cache with them written in place.
+// Triton kernels (triton.Kernels.AttentionOutput), with tritonRope on the rows the
+// queries are rotated from where query is a kernels.WindowQKV's (rope.go), and with
+// tritonPlace on the cache before a window's keys and values are placed in it, where
+// key and value are its kernels.TokenInCache or kernels.WindowInCache (place.go): where
+// a one-token window's are also written into the cache, the placements' values become
+// the kernel's outputs, the cache with them written in place.
 func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner
