@@ -44,9 +44,8 @@ const ourBackend = "bdxla"
 const InPlaceMarker = "~output="
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:
-// device memory preallocated, and every Triton kernel of ours that measured faster on
-// the H200 (hlo.New says what each option does; PERFORMANCE.md lists their gains).
-const cudaOptions = ",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2"
+// device memory preallocated. Our backend runs its kernels by default (hlo.New).
+const cudaOptions = ",preallocate=true"
 
 // Choice is the backend configuration picked by [Select] and the reason for it.
 type Choice struct {
@@ -202,10 +201,10 @@ func MinWindow(b compute.Backend, batch int) int {
 const minUnpaddedBatch = 64
 
 // AsksForFusedAttention reports whether half-precision attention without a cache
-// should ask b for its fused scaled-dot-product attention by default (see
-// model.PrefillAttentionAuto): yes on XLA's backend and on our own StableHLO backend
-// ("bdxla", package backend/hlo), whose CUDA plugin runs cuDNN flash attention; no on
-// the Go backend, whose fused op is a scalar loop 7-10x slower than the plain path.
+// should ask b for its fused scaled-dot-product attention (model's prefill attention):
+// yes on XLA's backend and on our own StableHLO backend ("bdxla", package backend/hlo),
+// whose CUDA plugin runs cuDNN flash attention; no on the Go backend, whose fused op is
+// a scalar loop 7-10x slower than the plain path.
 func AsksForFusedAttention(b compute.Backend) bool {
 	return b.String() != gobackend.BackendName
 }
@@ -230,8 +229,8 @@ func AttentionLogSumExp(b compute.Backend) bool {
 
 // FusedAttentionOverCache reports whether a window that attends over the cache holding
 // its keys in their slots should ask b's fused attention for it: yes where b has a
-// method FusedAttentionOverCache() bool that says so (our StableHLO backend with option
-// triton=attention, whose Triton kernels are made for short windows over many keys); no
+// method FusedAttentionOverCache() bool that says so (our StableHLO backend with its
+// kernels, whose attention is made for short windows over many keys); no
 // elsewhere: go-xla's cuDNN lowering takes no more keys than queries, cuDNN's attention
 // over the cache on ours was slower than the plain path, and so is the Go backend's.
 func FusedAttentionOverCache(b compute.Backend) bool {
@@ -243,9 +242,9 @@ func FusedAttentionOverCache(b compute.Backend) bool {
 // step's) should attend over a copy of the cache holding its keys and values in their
 // slots, placed by a dynamic update, rather than over the cache and its keys
 // concatenated: yes where b has a method PlacesWindows() bool that says so (our
-// StableHLO backend with options triton=attention, triton=rope and triton=place, whose
-// attention kernel takes the keys and values from where they were computed, so that the
-// copy is never made); no elsewhere, where making the copy would be slower.
+// StableHLO backend with its kernels, whose attention kernel takes the keys and values
+// from where they were computed, so that the copy is never made); no elsewhere, where
+// making the copy would be slower.
 func PlacesWindows(b compute.Backend) bool {
 	p, ok := b.(interface{ PlacesWindows() bool })
 	return ok && p.PlacesWindows()

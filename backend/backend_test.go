@@ -11,7 +11,7 @@ import (
 func TestSelectPrecedence(t *testing.T) {
 	t.Setenv(PluginEnv, "/opt/plugin.so")
 	t.Setenv(GoMLXEnv, "go")
-	require.Equal(t, "bdxla:/opt/plugin.so,preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2", Select().Config)
+	require.Equal(t, "bdxla:/opt/plugin.so,preallocate=true", Select().Config)
 
 	t.Setenv(PluginEnv, "")
 	require.Equal(t, "go", Select().Config)
@@ -30,7 +30,7 @@ func TestSelectFindsTheCUDAPlugin(t *testing.T) {
 	defer func(f func() bool) { devicePresent = f }(devicePresent)
 	devicePresent = func() bool { return true }
 	c := Select()
-	require.Equal(t, "bdxla:"+plugin+",preallocate=true,triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm,triton=place,triton=preload,splitdown=2", c.Config)
+	require.Equal(t, "bdxla:"+plugin+",preallocate=true", c.Config)
 	require.True(t, c.IsXLA())
 	require.Contains(t, c.Reason, site)
 

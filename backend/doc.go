@@ -1,8 +1,11 @@
 // Package backend picks the compute backend blockdiff runs on, in one place.
 //
 // XLA on CUDA is chosen when a CUDA PJRT plugin is found, through our own StableHLO
-// backend (package backend/hlo) with every Triton kernel of ours that measured faster
-// (see [Select]; PERFORMANCE.md has the figures); otherwise GoMLX's pure-Go backend. The order of precedence is:
+// backend (package backend/hlo), which runs our kernels where they measured faster
+// (see [Select]; PERFORMANCE.md has the figures); otherwise GoMLX's pure-Go backend.
+// The one opt-out of our kernels is option nokernels, e.g.
+// GOMLX_BACKEND="bdxla:/path/to/plugin.so,preallocate=true,nokernels" (XLA's own ops;
+// go-xla's backend, "xla:…", runs those too). The order of precedence is:
 //
 //  1. BLOCKDIFF_PJRT_PLUGIN: the absolute path of a PJRT plugin (.so) to load.
 //  2. GOMLX_BACKEND: any GoMLX backend configuration, used as given (e.g. "go", or

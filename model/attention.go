@@ -12,57 +12,86 @@ import (
 	"github.com/blockdiff/blockdiff/backend"
 )
 
-// PrefillAttention selects how a window that reads no cache (a prefill into an empty
-// cache, or [Model.Logits]) computes attention. Windows that read a cache always use
-// the plain path.
-type PrefillAttention int
+// prefillAttention selects how a window that reads no cache (a prefill into an empty
+// cache, or [Model.Logits]) computes attention (paths.prefill). Windows that read a
+// cache always use the plain path.
+type prefillAttention int
 
 const (
-	// PrefillAttentionAuto, the default, asks for the backend's fused attention when the
-	// compute dtype is bfloat16, except on the Go backend (see
-	// backend.AsksForFusedAttention), and uses the plain path otherwise. On XLA's CUDA
-	// plugin, through XLA's backend or ours ("bdxla"), the fused op is cuDNN flash
-	// attention; XLA's CPU plugin declines it and the plain path runs. On ours, windows
-	// of 1024 tokens or more run cuDNN's causal attention and add each query's later
-	// keys in its block (see [mergeLaterKeys]). Float32 models keep the plain path
-	// (cuDNN's is half-precision only). The Go backend's fused op (float32 only) is a
-	// scalar loop, 7-10x slower than the plain path on a 512-token prefill.
-	PrefillAttentionAuto PrefillAttention = iota
-	// PrefillAttentionFused asks for the fused op on any backend and compute dtype,
-	// still falling back to the plain path where the backend declines it (e.g. for A/B
-	// timing).
-	PrefillAttentionFused
-	// PrefillAttentionPlain always uses the plain path: float32 scores [b, kvHeads, w,
-	// group, w] materialised and masked, softmax in float32.
-	PrefillAttentionPlain
+	// prefillAuto, the default, asks for the backend's fused attention when the compute
+	// dtype is bfloat16, except on the Go backend (see backend.AsksForFusedAttention),
+	// and uses the plain path otherwise. On XLA's CUDA plugin, through XLA's backend or
+	// ours ("bdxla"), the fused op is cuDNN flash attention; XLA's CPU plugin declines it
+	// and the plain path runs. On ours, windows of 1024 tokens or more run cuDNN's causal
+	// attention and add each query's later keys in its block (see [mergeLaterKeys]).
+	// Float32 models keep the plain path (cuDNN's is half-precision only). The Go
+	// backend's fused op (float32 only) is a scalar loop, 7-10x slower than the plain
+	// path on a 512-token prefill.
+	prefillAuto prefillAttention = iota
+	// prefillFused asks for the fused op on any backend and compute dtype, still falling
+	// back to the plain path where the backend declines it (tests).
+	prefillFused
+	// prefillPlain always uses the plain path: float32 scores [b, kvHeads, w, group, w]
+	// materialised and masked, softmax in float32 (tests).
+	prefillPlain
 )
 
 // String returns "auto", "fused" or "plain".
-func (p PrefillAttention) String() string {
+func (p prefillAttention) String() string {
 	switch p {
-	case PrefillAttentionAuto:
+	case prefillAuto:
 		return "auto"
-	case PrefillAttentionFused:
+	case prefillFused:
 		return "fused"
-	case PrefillAttentionPlain:
+	case prefillPlain:
 		return "plain"
 	}
-	return "PrefillAttention(?)"
+	return "prefillAttention(?)"
 }
 
 // useFused reports whether a window without a cache read asks for the fused op.
-func (p PrefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
+func (p prefillAttention) useFused(dtype dtypes.DType, b compute.Backend) bool {
 	switch p {
-	case PrefillAttentionFused:
+	case prefillFused:
 		return true
-	case PrefillAttentionAuto:
+	case prefillAuto:
 		return dtype.IsHalfPrecision() && backend.AsksForFusedAttention(b)
 	}
 	return false
 }
 
-// rotary holds cos and sin [b, w, 1, headDim/2] for a window's positions, in float32.
-type rotary struct{ cos, sin *Node }
+// paths are the forward pass's choices that depend on the backend, read from it once
+// when the model is made (pathsOf); tests set them to take one backend's paths on
+// another (the Go backend's tests cover XLA's so).
+type paths struct {
+	// fuses has windows over the cache take the paths of backends that fuse elementwise
+	// work (backend.FusesElementwise; see [inSlots] and [inOwnSlot]).
+	fuses bool
+	// placesWindows has windows at batch 1 that write nothing attend over a copy of the
+	// cache holding their keys in their slots (backend.PlacesWindows; see [inSlots]).
+	placesWindows bool
+	// fusedOverCache has windows over the cache in their slots ask for the fused
+	// attention (backend.FusedAttentionOverCache; see [masks]).
+	fusedOverCache bool
+	// prefill is how windows that read no cache attend.
+	prefill prefillAttention
+	// logSumExp: the backend's fused attention returns its log-sum-exps
+	// (backend.AttentionLogSumExp), so that prefills of partsFrom positions or more
+	// (byPartsMinWindow) run by parts ([mergeLaterKeys]).
+	logSumExp bool
+	partsFrom int
+}
+
+// pathsOf is the paths of a model on b.
+func pathsOf(b compute.Backend) paths {
+	return paths{fuses: backend.FusesElementwise(b), placesWindows: backend.PlacesWindows(b),
+		fusedOverCache: backend.FusedAttentionOverCache(b), prefill: prefillAuto,
+		logSumExp: backend.AttentionLogSumExp(b), partsFrom: byPartsMinWindow}
+}
+
+// rotary holds cos and sin [b, w, 1, headDim/2] for a window's positions, in float32,
+// and the same [b, w, headDim/2] (rowCos, rowSin) as kernels.WindowQKV takes them.
+type rotary struct{ cos, sin, rowCos, rowSin *Node }
 
 // newRotary computes the rotation angles pos·invFreq in float32, as transformers does,
 // at any position.
@@ -73,7 +102,7 @@ func newRotary(invFreq, pos *Node, attentionFactor float64) rotary {
 	if attentionFactor != 1 {
 		cos, sin = MulScalar(cos, attentionFactor), MulScalar(sin, attentionFactor)
 	}
-	return rotary{cos: InsertAxes(cos, 2), sin: InsertAxes(sin, 2)}
+	return rotary{cos: InsertAxes(cos, 2), sin: InsertAxes(sin, 2), rowCos: cos, rowSin: sin}
 }
 
 // apply rotates x [b, w, heads, d] with the rotate_half convention: the first and
@@ -103,7 +132,7 @@ type masks struct {
 	// slots and Start.
 	ownSlot *Node
 	// fused, when not nil, asks attention for the backend's fused op (a window that
-	// reads no cache, see [PrefillAttention]).
+	// reads no cache, see [prefillAttention]).
 	fused *fusedMasks
 	// overCache, when not nil, asks attention for the backend's fused op over the cache
 	// holding the window's keys in their slots (inSlots or ownSlot as its mask [b, w,
@@ -257,13 +286,13 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	var uncommit func(keys, values *Node) *layerKV
 	switch {
 	case mask.inSlots != nil && b == 1:
-		keys, values, visible = writeSlots(cache.k, k, win.Start), writeSlots(cache.v, v, win.Start), mask.inSlots
+		keys, values, visible = windowInCache(cache.k, k, win.Start), windowInCache(cache.v, v, win.Start), mask.inSlots
 		newCache = cache // placed for the attention alone (backend.PlacesWindows)
 		if win.WriteLen != nil {
 			// The same update again, which XLA computes once, in place: built apart from
 			// the keys attended, so that a backend that places windows sees that this one
 			// writes (backend/hlo's placementsOf).
-			newCache = &layerKV{k: writeSlots(cache.k, k, win.Start), v: writeSlots(cache.v, v, win.Start)}
+			newCache = &layerKV{k: windowInCache(cache.k, k, win.Start), v: windowInCache(cache.v, v, win.Start)}
 		}
 	case mask.inSlots != nil:
 		// Every position added into its slot (zero, by the cache's invariant) for the
@@ -274,12 +303,12 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 			return &layerKV{k: addToSlots(keys, Neg(k), win.Start, uncommitted), v: addToSlots(values, Neg(v), win.Start, uncommitted)}
 		}
 	case mask.ownSlot != nil:
-		keys, values, visible = placeToken(cache.k, k, win.Start, nil), placeToken(cache.v, v, win.Start, nil), mask.ownSlot
+		keys, values, visible = tokenInCache(cache.k, k, win.Start, nil), tokenInCache(cache.v, v, win.Start, nil), mask.ownSlot
 		newCache = cache
 		if win.WriteLen != nil {
 			// Written by selection, as the keys attended are placed: XLA computes both in
 			// one kernel that updates the cache in place.
-			newCache = &layerKV{k: placeToken(cache.k, k, win.Start, win.WriteLen), v: placeToken(cache.v, v, win.Start, win.WriteLen)}
+			newCache = &layerKV{k: tokenInCache(cache.k, k, win.Start, win.WriteLen), v: tokenInCache(cache.v, v, win.Start, win.WriteLen)}
 		}
 	case cache != nil:
 		newCache = &layerKV{k: writeCache(cache.k, k, win), v: writeCache(cache.v, v, win)}
@@ -303,6 +332,7 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	if keys != nil && mask.overCache != nil {
 		// The fused op in BHSD layout: queries [b, heads, w, d] over the cache's slots.
 		q := TransposeAllAxes(qHeads, 0, 2, 1, 3)
+		windowQKV(qkv, q, k, v, rope)
 		if out := fusedAttention(q, keys, values, compute.AttentionAxesLayoutBHSD, mask.overCache, scale); out != nil {
 			if uncommit != nil {
 				if orders(qkv.Graph()) {

@@ -107,7 +107,7 @@ func TestCachedPathOwnSlot(t *testing.T) {
 	}{{32, false}, {4096, true}} {
 		t.Run(fmt.Sprintf("capacity%d", c.capacity), func(t *testing.T) {
 			m := randomModel(t, cfg, 3)
-			m.fusesAnywhere, m.placesWindowsAnywhere = true, c.places
+			m.paths.fuses, m.paths.placesWindows = true, m.paths.placesWindows || c.places
 			require.True(t, inOwnSlot(m.CacheShape(1, c.capacity), 1, c.places))
 			requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 3, c.capacity, 1)
 		})
@@ -164,7 +164,7 @@ func requireCachedMatchesFull(t *testing.T, m *Model, seq []int, promptLen, capa
 // still give the full forward's logits. Forced on any backend, as above.
 func TestInSlotsLeavesUncommittedSlotsUnread(t *testing.T) {
 	m := randomModel(t, prefillConfig(), 3)
-	m.fusesAnywhere = true
+	m.paths.fuses = true
 	const block, capacity = 4, 32
 	seq := testSequence(16, m.Config.VocabSize)
 	full, err := m.Logits(seq, block)
@@ -218,7 +218,7 @@ func TestInSlotsAtBatch2(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 2048
 	m := randomModel(t, cfg, 3)
-	m.fusesAnywhere = true
+	m.paths.fuses = true
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}
 	for _, c := range []struct {
 		capacity, w, block int
@@ -332,7 +332,7 @@ func TestFusedAttentionOverCache(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 2048
 	m := randomModel(t, cfg, 3)
-	m.fusesAnywhere, m.fusedOverCacheAnywhere = true, true
+	m.paths.fuses, m.paths.fusedOverCache = true, true
 
 	// The Go backend takes the op as the model asks for it, so the paths below run it.
 	g := NewGraph(m.backend, "over-cache")
@@ -371,7 +371,7 @@ func TestCachedPathPlacesWindows(t *testing.T) {
 	for _, overCache := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fused=%v", overCache), func(t *testing.T) {
 			m := randomModel(t, prefillConfig(), 3)
-			m.fusesAnywhere, m.placesWindowsAnywhere, m.fusedOverCacheAnywhere = true, true, overCache
+			m.paths.fuses, m.paths.placesWindows, m.paths.fusedOverCache = true, true, m.paths.fusedOverCache || overCache
 			requireCachedMatchesFull(t, m, testSequence(14, m.Config.VocabSize), 5, 32, 4)
 		})
 	}
@@ -384,7 +384,7 @@ func TestCachedPathOwnSlotAtBatch2(t *testing.T) {
 	cfg := prefillConfig()
 	cfg.MaxPositionEmbeddings = 2048
 	m := randomModel(t, cfg, 3)
-	m.fusesAnywhere, m.placesWindowsAnywhere = true, true
+	m.paths.fuses, m.paths.placesWindows = true, true
 	require.True(t, inOwnSlot(m.CacheShape(2, 2048), 1, true))
 	require.False(t, concatenates(m.CacheShape(2, 2048), 1))
 	seqs := [][]int{testSequence(16, m.Config.VocabSize), testSequence(19, m.Config.VocabSize)[3:]}

@@ -7,7 +7,9 @@
 // tokens against a KV cache with block-causal attention, so that callers (the diffusion
 // decoder, calibration) can run it inside their own device-side loops. [Session] wraps
 // them for host-driven use: prefill, a denoise step that reads the cache, and a commit
-// that writes it.
+// that writes it. The forward pass names the operations a backend may run as kernels of
+// its own (model/kernels.go, package internal/kernels); backends without such kernels
+// run it as plain GoMLX operations.
 //
 // For training, [Model.TrainableParams] lists the weights, [Model.BindWeights] binds them
 // to a caller's graph nodes (float32 masters that graph.Gradient differentiates), and

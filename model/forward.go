@@ -4,8 +4,6 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
-
-	"github.com/blockdiff/blockdiff/backend"
 )
 
 // Window is the input of one forward pass: for each row of the batch, w consecutive
@@ -60,17 +58,12 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.fusesAnywhere || backend.FusesElementwise(m.backend),
-		m.placesWindowsAnywhere || backend.PlacesWindows(m.backend))
-	if mask.cache == nil && m.PrefillAttention.useFused(compute, m.backend) {
-		from := byPartsMinWindow
-		if m.partsFromWindow != 0 {
-			from = m.partsFromWindow
-		}
-		byParts := win.Tokens.Shape().Dimensions[1] >= from && backend.AttentionLogSumExp(m.backend)
+	mask := attentionMask(win, pos, cache, m.paths.fuses, m.paths.placesWindows)
+	if mask.cache == nil && m.paths.prefill.useFused(compute, m.backend) {
+		byParts := win.Tokens.Shape().Dimensions[1] >= m.paths.partsFrom && m.paths.logSumExp
 		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1, byParts, pos, win.BlockSize)
 	}
-	if m.fusedOverCacheAnywhere || backend.FusedAttentionOverCache(m.backend) {
+	if m.paths.fusedOverCache {
 		mask.overCache = overCacheMasks(mask)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
@@ -89,25 +82,18 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		return ConvertDType(lin.Apply(x, paramsOf(name, lin, x)), dtypes.Float32)
 	}
 
-	// normed runs lin on rmsNorm(x)·weight·scale. For dense layers the row's 1/rms goes
-	// onto the float32 output instead of the input (a per-row scale commutes with the
-	// product): the input is then x·weight alone, which XLA can fuse into the GEMM, and
-	// the mean of squares a reduction of its own. Quantized layers (their activation
-	// scales were calibrated on normalised inputs) and calibration itself keep the
-	// normalised input.
+	// normed runs lin on rmsNorm(x)·weight·scale: for dense layers as normedDense, the
+	// row's 1/rms on the output; quantized layers (their activation scales were
+	// calibrated on normalised inputs) and calibration itself keep the normalised input.
 	normed := func(name string, lin Linear, x, weight *Node, scale float64) *Node {
 		if _, dense := lin.(*Dense); !dense || observe != nil {
-			h := rmsNorm(x, weight, cfg.RMSNormEps, compute)
+			h := normalisedRow(x, weight, cfg.RMSNormEps, compute)
 			if scale != 1 {
 				h = MulScalar(h, scale)
 			}
 			return apply(name, lin, h)
 		}
-		inv := invRMS(x, cfg.RMSNormEps)
-		if scale != 1 {
-			inv = MulScalar(inv, scale)
-		}
-		return Mul(apply(name, lin, normWeighted(ConvertDType(x, compute), weight)), inv)
+		return normedDense(x, weight, cfg.RMSNormEps, scale, compute, func(h *Node) *Node { return apply(name, lin, h) })
 	}
 
 	var newCache *CacheNodes
@@ -125,10 +111,10 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		if cache != nil {
 			newCache.K[i], newCache.V[i] = kv.k, kv.v
 		}
-		x = addScaled(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
+		x = residualAdd(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
 
 		gateUp := normed(linearName(i, "mlp.gate_up_proj"), layer.GateUp, x, w.Node(layer.MLPNorm), 1)
-		x = addScaled(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLU(gateUp)), residualScale)
+		x = residualAdd(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLUInput(gateUp, compute)), residualScale)
 	}
 
 	if win.LogitIndices != nil {
@@ -153,13 +139,13 @@ func takeRows(x, idx *Node) *Node {
 	return Gather(x, Stack([]*Node{rows, ConvertDType(idx, dtypes.Int32)}, -1))
 }
 
-// addScaled returns x + y·scale in x's dtype.
-func addScaled(x, y *Node, scale float64) *Node {
+// scaledLike returns y·scale in x's dtype.
+func scaledLike(x, y *Node, scale float64) *Node {
 	y = ConvertDType(y, x.DType())
 	if scale != 1 {
 		y = MulScalar(y, scale)
 	}
-	return Add(x, y)
+	return y
 }
 
 // rmsNorm normalises the float32 x [..., h], then scales by weight [h] in the compute

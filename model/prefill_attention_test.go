@@ -26,14 +26,14 @@ func prefillConfig() Config {
 }
 
 // prefillOutputs compiles a prefill as the decoder runs it (a window into an empty
-// cache, nothing read from it) with the model's current PrefillAttention, runs it on two
+// cache, nothing read from it) with the model's current prefill attention, runs it on two
 // rows starting at positions 0 and 3 (so blocks straddle the window differently per
 // row) and returns the logits of both rows and the last layer's written keys, as rows,
 // and whether the graph holds a fused attention node.
 func prefillOutputs(t *testing.T, m *Model, tokens [][]int32, blockSize int) (logits, keys [][]float32, fused bool) {
 	t.Helper()
 	b, w := len(tokens), len(tokens[0])
-	name := fmt.Sprintf("test/prefill/%s/%d/%d", m.PrefillAttention, blockSize, m.partsFromWindow)
+	name := fmt.Sprintf("test/prefill/%s/%d/%d", m.paths.prefill, blockSize, m.paths.partsFrom)
 	p, err := m.Compile(name, []shapes.Shape{shapes.Make(dtypes.Int32, b, w), shapes.Make(dtypes.Int32, b)},
 		func(wt *Weights, in []*Node) []*Node {
 			g := in[0].Graph()
@@ -97,10 +97,10 @@ func TestFusedPrefillMatchesPlain(t *testing.T) {
 			}
 			for _, block := range []int{4, 1} {
 				t.Run(fmt.Sprintf("block%d", block), func(t *testing.T) {
-					m.PrefillAttention = PrefillAttentionPlain
+					m.paths.prefill = prefillPlain
 					wantLogits, wantKeys, fused := prefillOutputs(t, m, tokens, block)
 					require.False(t, fused, "plain path built a fused attention node")
-					m.PrefillAttention = PrefillAttentionFused
+					m.paths.prefill = prefillFused
 					gotLogits, gotKeys, fused := prefillOutputs(t, m, tokens, block)
 					t.Logf("fused op taken by the backend: %v", fused)
 					rel := maxRelDiff(t, gotLogits, wantLogits)
@@ -109,8 +109,8 @@ func TestFusedPrefillMatchesPlain(t *testing.T) {
 					require.LessOrEqual(t, rel, c.tol)
 					require.LessOrEqual(t, relKeys, c.tol)
 					if block > 1 { // and by parts, where the backend gives its log-sum-exps
-						m.partsFromWindow = 1
-						defer func() { m.partsFromWindow = 0 }()
+						m.paths.partsFrom = 1
+						defer func() { m.paths.partsFrom = byPartsMinWindow }()
 						gotLogits, _, _ = prefillOutputs(t, m, tokens, block)
 						rel = maxRelDiff(t, gotLogits, wantLogits)
 						t.Logf("by parts (causal and later keys, %v): max |Δ| / max |plain| %.2g", backend.AttentionLogSumExp(b), rel)
@@ -118,7 +118,7 @@ func TestFusedPrefillMatchesPlain(t *testing.T) {
 					}
 				})
 			}
-			m.PrefillAttention = PrefillAttentionAuto
+			m.paths.prefill = prefillAuto
 			_, _, fused := prefillOutputs(t, m, tokens, 4)
 			t.Logf("auto: fused op taken: %v", fused)
 			if c.dtype == dtypes.Float32 {
@@ -140,9 +140,9 @@ func BenchmarkPrefillAttention(b *testing.B) {
 		ids[i] = int32((i * 31) % m.Config.VocabSize)
 	}
 	in := tensors.FromFlatDataAndDimensions(ids, 1, w)
-	for _, mode := range []PrefillAttention{PrefillAttentionPlain, PrefillAttentionFused} {
+	for _, mode := range []prefillAttention{prefillPlain, prefillFused} {
 		b.Run(mode.String(), func(b *testing.B) {
-			m.PrefillAttention = mode
+			m.paths.prefill = mode
 			p, err := m.Compile("bench/prefill/"+mode.String(), []shapes.Shape{in.Shape()}, func(wt *Weights, in []*Node) []*Node {
 				g := in[0].Graph()
 				logits, _ := m.Forward(wt, Window{Tokens: in[0], Start: Const(g, []int32{0}), BlockSize: 4,

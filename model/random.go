@@ -71,7 +71,7 @@ func newModel(backend compute.Backend, cfg Config, dtype dtypes.DType) *Model {
 	for i, f := range inv {
 		inv32[i] = float32(f)
 	}
-	return &Model{Config: cfg, DType: dtype, backend: backend, ropeInvFreq: tensors.FromValue(inv32)}
+	return &Model{Config: cfg, DType: dtype, backend: backend, ropeInvFreq: tensors.FromValue(inv32), paths: pathsOf(backend)}
 }
 
 func checkDType(dtype dtypes.DType) error {

@@ -27,30 +27,10 @@ type Model struct {
 	// Dense over Embed.
 	Head Linear
 
-	// PrefillAttention selects how windows that read no cache (prefills, [Model.Logits])
-	// compute attention; the zero value, [PrefillAttentionAuto], uses the backend's
-	// fused attention (cuDNN flash attention on XLA's CUDA backend) for bfloat16 models.
-	// Set it before building programs: cached programs keep the path they were built
-	// with, so a caller switching it must use distinct program keys.
-	PrefillAttention PrefillAttention
-
 	// ropeInvFreq are the rotary inverse frequencies [headDim/2], float32.
 	ropeInvFreq *tensors.Tensor
-
-	// fusesAnywhere has windows over the cache take the paths of backends that fuse
-	// elementwise work (see [inSlots] and [inOwnSlot]) on any backend, so that the Go
-	// backend's tests cover them.
-	fusesAnywhere bool
-	// fusedOverCacheAnywhere has windows over the cache in their slots ask for the fused
-	// attention (see [masks]) on any backend, so that the Go backend's tests cover it.
-	fusedOverCacheAnywhere bool
-	// placesWindowsAnywhere has windows at batch 1 that write nothing attend over a
-	// copy of the cache holding their keys in their slots (see [inSlots]) on any
-	// backend, so that the Go backend's tests cover that path.
-	placesWindowsAnywhere bool
-	// partsFromWindow, when not 0, replaces byPartsMinWindow (see [mergeLaterKeys]), so
-	// that tests of short windows cover that path where the backend offers it.
-	partsFromWindow int
+	// paths are the forward pass's choices that depend on the backend.
+	paths paths
 
 	programs programCache
 	closed   atomic.Bool

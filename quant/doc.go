@@ -103,9 +103,10 @@
 //
 // On the Go backend an in-graph decode costs about 9 nanoseconds per weight element on
 // every execution (either decoder), so FP8 layers there are slower than dense ones by
-// far: they save memory, not time. On CUDA, our own XLA backend (backend/hlo, option
-// triton=gemv, what backend.New picks) recognises the table decoder in front of a
-// product of up to 32 rows and reads the bytes themselves, one per weight (a W8A8
+// far: they save memory, not time. The table decoder and the layer's product name
+// themselves to the backend (package internal/kernels' E4M3Decoded and FP8Dense): on
+// CUDA, our own XLA backend (backend/hlo, what backend.New picks) then runs a product
+// of up to 32 rows on the bytes themselves, one per weight (a W8A8
 // layer's products of 2 to 8 rows multiply its input's bytes by them on the FP8 tensor
 // cores); in larger products XLA's own GEMM reads the bytes as StableHLO's f8E4M3FN
 // values, and a W8A8 layer's input's bytes too: XLA's FP8 × FP8 GEMM, whose sums keep

@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/support/exceptions"
+
+	"github.com/blockdiff/blockdiff/internal/kernels"
 )
 
 // DecodeE4M3Node decodes FP8 E4M3FN bytes inside a graph, exactly, optionally times a scale.
@@ -198,5 +200,7 @@ func decodeLUT(x *graph.Node, dtype dtypes.DType) *graph.Node {
 		return layout.valueBits(uint8(i))
 	}), dtype)
 	indices := graph.ExpandAxes(graph.ConvertDType(x, dtypes.Int32), -1)
-	return graph.Gather(table, indices)
+	values := graph.Gather(table, indices)
+	kernels.Mark(g, kernels.E4M3Decoded{Values: kernels.Value(values), Bytes: kernels.Value(x)})
+	return values
 }

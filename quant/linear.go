@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/kernels"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -164,15 +165,17 @@ func (l *FP8Linear) ApplyFloat32(x *graph.Node, params []*graph.Node) *graph.Nod
 		dot = dot.WithOutputDType(dtypes.Float32)
 	}
 	y := graph.ConvertDType(dot.General([]int{x.Rank() - 1}, nil, []int{1}, nil), dtypes.Float32)
+	factor := scale
 	if !scale.IsScalar() {
 		dims := make([]int, y.Rank())
 		for i := range dims {
 			dims[i] = 1
 		}
 		dims[len(dims)-1] = scale.Shape().Dimensions[0]
-		scale = graph.BroadcastToDims(graph.Reshape(scale, dims...), y.Shape().Dimensions...)
+		factor = graph.BroadcastToDims(graph.Reshape(scale, dims...), y.Shape().Dimensions...)
 	}
-	return graph.Mul(y, scale)
+	kernels.Mark(y.Graph(), kernels.FP8Dense{Product: kernels.Value(y), Scale: kernels.Value(scale), Factor: kernels.Value(factor)})
+	return graph.Mul(y, factor)
 }
 
 // InFeatures implements [model.Linear].

@@ -68,7 +68,7 @@ func newAttentionShape(q, k xshapes.Shape, layout compute.AttentionAxesLayout) (
 // which a caller can merge it with attention over more keys (there is no fused backward).
 // It declines ([compute.ErrNotImplemented], so that the caller builds the attention of
 // plain ops) other dtypes, sequence lengths, quantized products and a mask with a bias;
-// shapes that disagree are errors. With option triton=attention, bfloat16 BHSD windows
+// shapes that disagree are errors. With tritonAttention, bfloat16 BHSD windows
 // over more keys than queries with a bias or mask and no causal flag run as our Triton
 // kernel instead (no state), and the other windows over more keys are declined.
 func (f *Function) FusedScaledDotProductAttention(query, key, value compute.Value, layout compute.AttentionAxesLayout,
@@ -308,7 +308,7 @@ func cudnnAttentionConfig(s attentionShape, dtype dtypes.DType, layout compute.A
 
 // tritonAttention returns the shape of our Triton decode attention for an attention of
 // shape s over the operands vs (q, k, v and any bias, checked), and whether the backend
-// runs it there: with option triton=attention, for bfloat16 BHSD operands with a bias
+// runs it there: with tritonAttention, for bfloat16 BHSD operands with a bias
 // of the batch's rows, no causal mask, more keys than queries (a window over its
 // cache) and the sizes triton.CheckAttention accepts (up to 64 query rows per
 // key/value head), at every batch size: with the cache's in-place writes ordered
@@ -326,12 +326,12 @@ func (f *Function) tritonAttention(s attentionShape, layout compute.AttentionAxe
 }
 
 // attentionByTriton runs the attention of a over vs (q, k, v and the bias) as our
-// Triton kernels (triton.Kernels.AttentionOutput), with option triton=rope on the
-// queries before their rotation where query, q's value, is model's rotation of them
-// (rope.go), and with option triton=place on the cache before a window's keys and
-// values are placed in it, where key and value are model's placement of them
-// (place.go): where a one-token window's are also written into the cache, the
-// placements' values become the kernel's outputs, the cache with them written in place.
+// Triton kernels (triton.Kernels.AttentionOutput), with tritonRope on the rows the
+// queries are rotated from where query is a kernels.WindowQKV's (rope.go), and with
+// tritonPlace on the cache before a window's keys and values are placed in it, where
+// key and value are its kernels.TokenInCache or kernels.WindowInCache (place.go): where
+// a one-token window's are also written into the cache, the placements' values become
+// the kernel's outputs, the cache with them written in place.
 func (f *Function) attentionByTriton(query, key, value compute.Value, vs []*stablehlo.Value, a triton.Attention) (compute.Value, error) {
 	op := compute.OpTypeFusedScaledDotProductAttention
 	var c combiner

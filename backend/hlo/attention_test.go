@@ -170,7 +170,7 @@ func TestFusedAttentionDeclinesAndRejects(t *testing.T) {
 			fusedAttention(bshd, false, compute.ScaledDotProductAttentionConfig{}), false, "multiples of 8"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := NewGraph(hlo.NewBuildOnly(), t.Name())
+			g := NewGraph(hlo.PlainBuildOnly(), t.Name())
 			err := exceptions.TryCatch[error](func() {
 				in := make([]*Node, len(c.inputs))
 				for i, s := range c.inputs {
@@ -190,10 +190,10 @@ func TestFusedAttentionDeclinesAndRejects(t *testing.T) {
 // at batch 8; a prefill keeps cuDNN's.
 func TestTritonAttentionLowering(t *testing.T) {
 	bf16 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
-	b, err := hlo.NewBuildOnlyWith("triton=attention")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention")
 	require.NoError(t, err)
 	require.True(t, b.FusedAttentionOverCache())
-	require.False(t, hlo.NewBuildOnly().FusedAttentionOverCache())
+	require.False(t, hlo.PlainBuildOnly().FusedAttentionOverCache())
 
 	window := []shapes.Shape{bf16(1, 16, 4, 128), bf16(1, 2, 516, 128), bf16(1, 2, 516, 128), bf16(1, 16, 4, 516)}
 	text := buildOn(t, b, window, fusedAttention(compute.AttentionAxesLayoutBHSD, true, compute.ScaledDotProductAttentionConfig{}))

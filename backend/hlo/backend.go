@@ -45,66 +45,68 @@ type Backend struct {
 	finalized bool
 }
 
-// programOptions are the options that change how a backend builds programs.
+// programOptions are what changes how a backend builds programs: which of our kernels
+// it runs (defaultKernels, or none with option nokernels; tests pick others through
+// export_test.go) and the precision of float32 products.
 type programOptions struct {
 	noTF32     bool       // float32 dot products at full precision (option "notf32")
-	tritonGEMV gemvPolicy // which dense bf16 products run our Triton GEMV (option "triton", gemv.go)
+	tritonGEMV gemvPolicy // which dense bf16 products run our Triton GEMV (gemv.go)
 	// tritonAttention runs the fused attentions of short windows over more keys as our
-	// Triton kernels (option "triton=attention", attention.go).
+	// Triton kernels (attention.go).
 	tritonAttention bool
 	// tritonFold folds the RMSNorm before a dense layer of one row, and the SwiGLU and
-	// residual add around one, into our Triton GEMVs (option "triton=fold", fold.go).
+	// residual add around one, into our Triton GEMVs (fold.go).
 	tritonFold bool
-	// tritonPDL launches our Triton kernels with programmatic dependent launch (option
-	// "triton=pdl", where the device can: see [triton.Kernels]).
+	// tritonPDL launches our Triton kernels with programmatic dependent launch, where the
+	// device can (see [triton.Kernels]).
 	tritonPDL bool
-	// tritonRope folds the rotation of the queries into our attention kernel (option
-	// "triton=rope", rope.go).
+	// tritonRope folds the rotation of the queries into our attention kernel (rope.go).
 	tritonRope bool
 	// tritonNorm runs the RMSNorm before a dense layer of several rows, with the
-	// residual add before it, as our Triton kernel (option "triton=norm", norm.go).
+	// residual add before it, as our Triton kernel (norm.go).
 	tritonNorm bool
 	// tritonPlace has our attention kernel place windows' keys and values in their
-	// cache slots itself, and one-token windows' write them there (option
-	// "triton=place", place.go).
+	// cache slots itself, and one-token windows' write them there (place.go).
 	tritonPlace bool
 	// tritonPreload has the o projection's GEMV of the AR step at batch 1 load its
-	// weight while the attention before it runs (option "triton=preload", fold.go and
-	// triton.Kernels.Preload).
+	// weight while the attention before it runs (fold.go and triton.Kernels.Preload).
 	tritonPreload bool
 	// downSplits is how many programs split each tile's K loop in the AR step's down
-	// GEMV (option "splitdown=N", fold.go); 0 or 1 for none.
+	// GEMV (fold.go); 0 or 1 for none.
 	downSplits int
 }
+
+// defaultKernels are the kernels our backend runs, each where it measured faster on
+// the H200 than XLA's own ops (PERFORMANCE.md has the figures); each declines the
+// shapes it does not take:
+//   - our GEMV for dense products where faster: bf16 of one row and a W of 8 Mi entries
+//     or more, FP8 bytes up to 32 rows, W8A8 of 2 to 8 rows ([Function.DotGeneral]);
+//   - our attention kernels for windows of up to 64 query rows per key/value head over
+//     the cache ([Backend.FusedAttentionOverCache]), one-token windows' queries rotated
+//     inside them (rope.go), and windows' keys and values taken from the qkv rows and
+//     one-token windows' written into the cache by them (place.go,
+//     [Backend.PlacesWindows]);
+//   - the RMSNorm before, and SwiGLU and the residual add after, one-row products
+//     folded into their GEMVs (fold.go), the AR step's down GEMV splitting its K loop in
+//     two (its partial sums added in a fixed order by the GEMVs that read them), and
+//     its o GEMV loading its weight while the attention before it runs;
+//   - the RMSNorm of several rows, with the residual add before it, as one kernel
+//     (norm.go);
+//   - all of them under programmatic dependent launch, on compute capability 9.0+.
+var defaultKernels = programOptions{tritonGEMV: gemvWhereFaster, tritonAttention: true, tritonFold: true, tritonPDL: true,
+	tritonRope: true, tritonNorm: true, tritonPlace: true, tritonPreload: true, downSplits: 2}
 
 var _ compute.Backend = (*Backend)(nil)
 
 // New loads the PJRT plugin that config names (a path, or a name pjrt resolves), with
-// options after commas. Our Triton kernels replace XLA's ops only where each measured
-// faster on the H200, and decline the shapes they do not take:
+// options after commas. On a CUDA plugin it runs our kernels (defaultKernels) where
+// they measured faster than XLA's ops, and XLA's ops everywhere else. The options:
 //   - "preallocate=<bool>", the client's;
 //   - "notf32": float32 products at full precision, not TF32 (the exact fixture tests);
-//   - "triton=gemv": dense products as our GEMV where faster: bf16 of one row and a W of
-//     8 Mi entries or more, FP8 bytes up to 32 rows, W8A8 of 2 to 8 rows ([Function.DotGeneral]);
-//   - "triton=gemv-all": every product of 1 to 8 rows the GEMV can take (tests, measurements);
-//   - "triton=attention": windows of up to 64 query rows per key/value head over the
-//     cache as our attention kernels ([Backend.FusedAttentionOverCache]);
-//   - "triton=fold": the RMSNorm before, SwiGLU and the residual add after one-row
-//     products folded into their GEMVs (fold.go);
-//   - "triton=pdl": our kernels under programmatic dependent launch (compute capability 9.0+);
-//   - "triton=rope": with triton=attention, one-token windows' queries rotated inside our
-//     attention kernel (rope.go);
-//   - "triton=norm": the RMSNorm of several rows, with the add before it, as one kernel (norm.go);
-//   - "triton=place": with triton=rope, our attention kernel takes windows' keys and values
-//     from the qkv rows and writes one-token windows' into the cache (place.go,
-//     [Backend.PlacesWindows]);
-//   - "triton=preload": with fold and pdl, the AR step's o GEMV loads its weight while the
-//     attention before it runs (triton.Kernels.Preload);
-//   - "splitdown=N": with fold, the AR step's down GEMV splits its K loop over N programs,
-//     the partial sums added in a fixed order by the GEMVs that read them (fold.go).
+//   - "nokernels": none of our kernels, XLA's own ops only (and cuDNN's attention for
+//     windows without a cache, as on go-xla's backend): the one opt-out.
 //
-// Backend selection on CUDA uses every option but triton=gemv-all and notf32, with
-// splitdown=2 (backend.Select). Unknown options are errors.
+// Unknown options are errors.
 func New(config string) (*Backend, error) {
 	path, optionList, _ := strings.Cut(config, ",")
 	if path == "" {
@@ -129,25 +131,30 @@ func New(config string) (*Backend, error) {
 	}
 	b := &Backend{plugin: plugin, client: client, device: devices[0]}
 	opts.apply(b)
+	if !plugin.IsCUDA() {
+		b.programOptions = programOptions{noTF32: b.noTF32} // our kernels are CUDA's
+	}
 	b.tritonPDL = b.tritonPDL && b.launchesPDL()
 	return b, nil
 }
 
 // NewBuildOnly returns a backend that builds programs but runs none: it needs no
 // plugin, keeps buffers in host memory, and its executables hold only their StableHLO
-// text (see [Program]) and fail with [ErrBuildOnly] when executed. It lets machines
-// without an accelerator check that programs build.
-func NewBuildOnly() *Backend { return &Backend{} }
+// text (see [Program]) and fail with [ErrBuildOnly] when executed. It builds them as
+// [New]'s backend does by default, with our kernels (those under programmatic dependent
+// launch too, as on an H200). It lets machines without an accelerator check that
+// programs build, and read them.
+func NewBuildOnly() *Backend { return &Backend{programOptions: defaultKernels} }
 
 // NewBuildOnlyWith is [NewBuildOnly] with the options of a configuration (what follows
-// the plugin's path in [New]'s, e.g. "triton=gemv"), so that the programs they change
-// can be read without a plugin. The client's options are checked but unused.
+// the plugin's path in [New]'s, e.g. "nokernels"). The client's options are checked but
+// unused.
 func NewBuildOnlyWith(options string) (*Backend, error) {
 	opts, err := parseOptions(options)
 	if err != nil {
 		return nil, err
 	}
-	b := NewBuildOnly()
+	b := &Backend{}
 	opts.apply(b)
 	return b, nil
 }
@@ -161,15 +168,13 @@ type options struct {
 // apply sets the options that change how b builds programs.
 func (o options) apply(b *Backend) { b.programOptions = o.programOptions }
 
-// tritonOptions lists the values of option triton, for parseOptions' errors.
-const tritonOptions = "triton=gemv, triton=gemv-all, triton=attention, triton=fold, triton=pdl, triton=rope, triton=norm, triton=place, triton=preload"
-
-// parseOptions reads the options of a configuration, comma-separated.
+// parseOptions reads the options of a configuration, comma-separated (New lists them).
 func parseOptions(list string) (options, error) {
-	var o options
+	o := options{programOptions: defaultKernels}
 	if list == "" {
 		return o, nil
 	}
+	noTF32 := false
 	for option := range strings.SplitSeq(list, ",") {
 		key, value, _ := strings.Cut(option, "=")
 		switch key {
@@ -183,40 +188,14 @@ func parseOptions(list string) (options, error) {
 			}
 			o.client[key] = b
 		case "notf32":
-			o.noTF32 = true
-		case "splitdown":
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 {
-				return options{}, fmt.Errorf("hlo: option %q: want splitdown=N, N a whole number of parts of at least 1", option)
-			}
-			o.downSplits = n
-		case "triton":
-			switch value {
-			case "gemv":
-				o.tritonGEMV = gemvWhereFaster
-			case "gemv-all":
-				o.tritonGEMV = gemvAll
-			case "attention":
-				o.tritonAttention = true
-			case "fold":
-				o.tritonFold = true
-			case "pdl":
-				o.tritonPDL = true
-			case "rope":
-				o.tritonRope = true
-			case "norm":
-				o.tritonNorm = true
-			case "place":
-				o.tritonPlace = true
-			case "preload":
-				o.tritonPreload = true
-			default:
-				return options{}, fmt.Errorf("hlo: option %q: unknown Triton kernels %q (known: %s)", option, value, tritonOptions)
-			}
+			noTF32 = true
+		case "nokernels":
+			o.programOptions = programOptions{}
 		default:
-			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, splitdown=N, %s)", option, tritonOptions)
+			return options{}, fmt.Errorf("hlo: unknown option %q (known: preallocate=<bool>, notf32, nokernels)", option)
 		}
 	}
+	o.noTF32 = noTF32
 	return o, nil
 }
 
@@ -238,21 +217,21 @@ func (b *Backend) buildOnly() bool { return b.client == nil }
 func (b *Backend) Name() string { return BackendName }
 
 // FastSingleRowProducts reports whether products of a single row run faster on b than
-// the same products padded to 4 rows, which backend.MinWindow asks: yes with option
-// triton=gemv, whose 1-row GEMVs are; no otherwise, as on XLA's backend.
+// the same products padded to 4 rows, which backend.MinWindow asks: yes with our GEMV,
+// whose 1-row products are; no with option nokernels, as on XLA's backend.
 func (b *Backend) FastSingleRowProducts() bool { return b.tritonGEMV != gemvNone }
 
 // FusedAttentionOverCache reports whether decoding windows over the cache should ask b
-// for the fused attention (see backend.FusedAttentionOverCache): with option
-// triton=attention, whose kernels are made for them (and which decline the shapes they
-// do not take); not with cuDNN's, which was slower there than the plain path.
+// for the fused attention (see backend.FusedAttentionOverCache): with our attention
+// kernels, made for them (and which decline the shapes they do not take); not with
+// option nokernels, for cuDNN's was slower there than the plain path.
 func (b *Backend) FusedAttentionOverCache() bool { return b.tritonAttention }
 
 // PlacesWindows reports whether a window at batch 1 that writes nothing should attend
 // over a copy of the cache holding its keys and values in their slots rather than over
-// the cache and its keys concatenated (see backend.PlacesWindows): with options
-// triton=attention, triton=rope and triton=place, whose attention kernel reads them from
-// the qkv product's rows, so that the copy is never made. Windows the kernel does not
+// the cache and its keys concatenated (see backend.PlacesWindows): with our attention
+// kernel, which reads them from the qkv product's rows (rope.go, place.go), so that the
+// copy is never made; not with option nokernels. Windows the kernel does not
 // take (more than 64 query rows per key/value head: 8 positions of MiniCPM5-2B's
 // groups of 8) are attended by XLA's ops over the copy, which costs a copy of the
 // layer's cache.

@@ -18,6 +18,9 @@ type Builder struct {
 	module  *stablehlo.Builder
 	main    *Function
 	e4m3    []string // the int8 values of e4m3Values, retyped to f8E4M3FN in Compile
+	// pending are the operations the model named (MarkKernel) whose Mul or Add has not
+	// been built yet: Compile fails while any is.
+	pending []request
 }
 
 var _ compute.Builder = (*Builder)(nil)
@@ -65,6 +68,9 @@ func (b *Builder) DeviceAssignment(devices ...compute.DeviceNum) error {
 func (b *Builder) Compile() (compute.Executable, error) {
 	if !b.main.returned {
 		return nil, errors.New("hlo: compiling before the main function returned")
+	}
+	if err := b.checkCompleted(); err != nil {
+		return nil, fmt.Errorf("hlo: compiling %q: %w", b.name, err)
 	}
 	if err := b.main.aliasInPlace(); err != nil {
 		return nil, fmt.Errorf("hlo: compiling %q: %w", b.name, err)

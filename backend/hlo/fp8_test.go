@@ -17,23 +17,6 @@ import (
 	"github.com/blockdiff/blockdiff/quant"
 )
 
-// The backend's E4M3FN values, which it recognises package quant's decoding table by,
-// are quant's codec's, each exact in bfloat16; the two NaN bytes a quiet NaN of their
-// sign, as quant's table holds them.
-func TestE4M3BFloat16Bits(t *testing.T) {
-	for b := range 256 {
-		bits := hlo.E4M3BFloat16Bits(uint8(b))
-		v := quant.DecodeE4M3(uint8(b))
-		if math.IsNaN(float64(v)) {
-			require.Equal(t, uint16(b>>7)<<15|0x7fc0, bits, "byte %#x", b)
-			continue
-		}
-		f := math.Float32bits(v)
-		require.Zero(t, f&0xffff, "byte %#x: %g is exact in bfloat16", b, v)
-		require.Equal(t, uint16(f>>16), bits, "byte %#x: %g", b, v)
-	}
-}
-
 // With option triton=gemv, every FP8 linear layer of a quantized fixture model (its
 // weight bytes decoded by quant's table) runs as our GEMV on the bytes themselves at
 // 4 and 8 rows (Dot tiles fitted to the fixtures' small weights, fitDotTile), where
@@ -57,7 +40,7 @@ func TestTritonGEMVFP8InModels(t *testing.T) {
 // of each fixture model quantized to FP8 (package quant's defaults), built by our
 // backend with options.
 func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch int, text string, layers int)) {
-	b, err := hlo.NewBuildOnlyWith(options)
+	b, err := hlo.NewBuildOnlyWithKernels(options)
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {
@@ -78,7 +61,7 @@ func forFP8Windows(t *testing.T, options string, check func(t *testing.T, batch 
 // triton=norm's kernel too; the table's decoding is left unused, for XLA to remove).
 func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
 	defer setFittingFP8Tiles()()
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv")
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	const rows32 = "tt.dot %xv, %wb, %a : tensor<32x32xbf16> * tensor<32x32xbf16>"
@@ -92,7 +75,7 @@ func TestTritonGEMVFP8ManyRowsInModels(t *testing.T) {
 			requireSplitProducts(t, text, layers)
 
 			for _, options := range []string{"triton=gemv", "triton=gemv,triton=fold,triton=norm"} {
-				b, err := hlo.NewBuildOnlyWith(options)
+				b, err := hlo.NewBuildOnlyWithKernels(options)
 				require.NoError(t, err)
 				for _, batch := range []int{16, 32} {
 					text, layers := windowTextOf(t, b, dir, batch, 4, true, quantize)
@@ -136,7 +119,7 @@ func quantizeW8A8(m *model.Model) error {
 // fixtures' weights fit; with the default tiles, which they do not fit, the weight-only
 // kernels take those products on the decoded input.
 func TestTritonW8A8InModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv")
 	require.NoError(t, err)
 	const fp8Dot = "tt.dot %xv, %wv, %a : tensor<16x32xf8E4M3FN> * tensor<32x16xf8E4M3FN>"
 	for _, dir := range fixtures.Subdirs(t, "models") {
@@ -163,14 +146,14 @@ func TestTritonW8A8InModels(t *testing.T) {
 // their normalised input, normalisedProduct), o's and down's residual adds, down's
 // SwiGLU. The head (bfloat16) folds as before.
 func TestTritonFoldFP8InModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv,triton=fold")
 	require.NoError(t, err)
 	const normed, residual, swiGLU = "tt.func public @gemm_norm(", "%r: !tt.ptr<f32>", "tt.func public @gemm_swiglu("
 	for _, strategy := range []quant.Strategy{quant.StrategyChannel, quant.StrategyTensor} {
 		quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{Strategy: strategy}) }
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(fmt.Sprintf("%v/%s", strategy, filepath.Base(dir)), func(t *testing.T) {
-				m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+				m, err := model.Load(hlo.PlainBuildOnly(), dir, model.LoadOptions{})
 				require.NoError(t, err)
 				cfg := m.Config
 				require.NoError(t, m.Close())
@@ -214,7 +197,7 @@ func TestTritonNormFP8InModels(t *testing.T) {
 // many-rows tile in TestTritonGEMVFP8ManyRowsInModels) run split programs.
 func TestSplitKInModels(t *testing.T) {
 	defer setFittingFP8Tiles()()
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv")
 	require.NoError(t, err)
 	quantize := func(m *model.Model) error { return quant.QuantizeModel(m, quant.Options{}) }
 	for _, dir := range fixtures.Subdirs(t, "models") {

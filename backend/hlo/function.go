@@ -34,9 +34,9 @@ type Function struct {
 	paramShapes []shapes.Shape
 	outputs     []shapes.Shape // set by Return
 	returned    bool
-	// placements are the cache writes of one-token windows that our attention kernel
-	// may take over, and the windows placed in their slots by a dynamic update (option
-	// triton=place, place.go).
+	// placements are the kernels.TokenInCache that write a one-token window into its
+	// cache, which our attention kernel may take over, and the kernels.WindowInCache, in
+	// the order the model named them (tritonPlace, place.go).
 	placements []placement
 }
 
@@ -48,7 +48,7 @@ type value struct {
 	fn     *Function
 	v      *stablehlo.Value
 	shape  shapes.Shape
-	origin *origin // how it was made, where fold.go's and rope.go's recognisers may need it
+	origin *origin // what our kernels know of how it was made (fold.go), nil for most
 }
 
 // notImplemented is the error of every operation the package leaves out.
@@ -204,9 +204,7 @@ func (f *Function) Constant(flat any, dims ...int) (compute.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hlo: Constant %s: %w", shape, err)
 	}
-	out := f.wrap(v)
-	f.recordConstant(out, flat)
-	return out, nil
+	return f.wrap(v), nil
 }
 
 // scalar adds a constant scalar x of dtype.

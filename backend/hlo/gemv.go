@@ -100,8 +100,8 @@ type gemvPolicy int
 
 const (
 	gemvNone        gemvPolicy = iota // none: every product is a stablehlo.dot_general
-	gemvWhereFaster                   // "triton=gemv": those measured faster (lowersWhereFaster)
-	gemvAll                           // "triton=gemv-all": every one gemvTile has a tile for
+	gemvWhereFaster                   // our GEMV where measured faster (defaultKernels) (lowersWhereFaster)
+	gemvAll                           // every product gemvTile has a tile for
 )
 
 // minFasterGEMVWeight is the fewest entries of W for which the 1-row GEMV beat XLA's dot
@@ -167,8 +167,8 @@ func gemvOutput(config compute.DotGeneralConfig) (dtypes.DType, bool) {
 }
 
 // tritonGEMV returns lhs·rhsᵀ computed by our Triton GEMV when the backend's option
-// triton lowers the product (triton=gemv: only where lowersWhereFaster, or for FP8
-// bytes wherever fp8Tile or w8a8Tile has a tile; triton=gemv-all: always) and it is a
+// tritonGEMV lowers the product (gemvWhereFaster: only where lowersWhereFaster, or for FP8
+// bytes wherever fp8Tile or w8a8Tile has a tile; gemvAll: always) and it is a
 // dense layer of a few rows: lhs [..., K] bfloat16 and rhs [N, K] bfloat16, or uint8
 // holding FP8 E4M3FN bytes (the weight that e4m3Bytes found decoded), or both uint8
 // (a W8A8 layer's input bytes and its weight's), contracting lhs's last axis with rhs's

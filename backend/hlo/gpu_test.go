@@ -51,7 +51,7 @@ func backends(t testing.TB) (onPlugin, onGo compute.Backend) {
 }
 
 var sharedBackends = sync.OnceValues(func() ([2]compute.Backend, error) {
-	onPlugin, err := hlo.New(os.Getenv(backend.PluginEnv) + ",notf32")
+	onPlugin, err := hlo.New(os.Getenv(backend.PluginEnv) + ",notf32,nokernels")
 	if err != nil {
 		return [2]compute.Backend{}, err
 	}

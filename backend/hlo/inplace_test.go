@@ -35,7 +35,7 @@ func inPlaceProgram(b *hlo.Backend, name string, names ...string) (string, error
 }
 
 func TestInPlaceParameters(t *testing.T) {
-	text, err := inPlaceProgram(hlo.NewBuildOnly(), "in_place", "state", "update"+hlo.InPlaceMarker+"0")
+	text, err := inPlaceProgram(hlo.PlainBuildOnly(), "in_place", "state", "update"+hlo.InPlaceMarker+"0")
 	require.NoError(t, err)
 	require.Contains(t, text, "%arg1: tensor<3xf32> { tf.aliasing_output = 0 : i32 }")
 	require.Equal(t, 1, strings.Count(text, "tf.aliasing_output"), text)
@@ -49,7 +49,7 @@ func TestInPlaceParameters(t *testing.T) {
 		{[2]string{"a" + hlo.InPlaceMarker + "1", "b"}, "but output 1 is (Float32)"},
 		{[2]string{"a" + hlo.InPlaceMarker + "0", "b" + hlo.InPlaceMarker + "0"}, "both name output 0"},
 	} {
-		_, err := inPlaceProgram(hlo.NewBuildOnly(), "bad", c.names[0], c.names[1])
+		_, err := inPlaceProgram(hlo.PlainBuildOnly(), "bad", c.names[0], c.names[1])
 		require.ErrorContains(t, err, c.err, "%v", c.names)
 	}
 }

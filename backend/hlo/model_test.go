@@ -32,31 +32,28 @@ func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shap
 	return string(text)
 }
 
-// The forward passes of every fixture model build on the backend, in its default
-// compute dtype (bfloat16, as on a GPU): without a cache, block-causal and causal, with
-// and without asking for fused attention (declined, so decomposed), and cached windows
-// that write the cache or only read it.
+// The forward passes of every fixture model build on the backend without our kernels,
+// in its default compute dtype (bfloat16, as on a GPU): without a cache, block-causal
+// and causal, asking for the fused attention, and cached windows that write the cache
+// or only read it.
 func TestModelProgramsBuild(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+			m, err := model.Load(hlo.PlainBuildOnly(), dir, model.LoadOptions{})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, m.Close()) }()
 			require.Equal(t, dtypes.BFloat16, m.DType)
 			v := m.Config.VocabSize
 			logits := func(b, r int) string { return fmt.Sprintf("tensor<%dx%dx%dxf32>", b, r, v) }
 
-			for _, attention := range []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused} {
-				m.PrefillAttention = attention
-				for _, block := range []int{1, 4} {
-					name := fmt.Sprintf("logits_%s_block%d", attention, block)
-					text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
-						start := Zeros(in[0].Graph(), i32(1))
-						out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
-						return []*Node{out}
-					})
-					requireProgram(t, text, logits(1, 8))
-				}
+			for _, block := range []int{1, 4} {
+				name := fmt.Sprintf("logits_block%d", block)
+				text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
+					start := Zeros(in[0].Graph(), i32(1))
+					out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
+					return []*Node{out}
+				})
+				requireProgram(t, text, logits(1, 8))
 			}
 
 			cacheShape := m.CacheShape(2, 32)
@@ -89,7 +86,7 @@ func TestModelProgramsBuild(t *testing.T) {
 func TestTritonGEMVInModels(t *testing.T) {
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			plain, _ := windowText(t, hlo.NewBuildOnly(), dir, 1, 4)
+			plain, _ := windowText(t, hlo.PlainBuildOnly(), dir, 1, 4)
 			lowered, _ := windowText(t, tritonOnly(t), dir, 1, 4)
 			require.Empty(t, tritonCalls(plain))
 			dense, batched := denseDots(plain)
@@ -114,7 +111,7 @@ func TestTritonGEMVInModels(t *testing.T) {
 // orders the removal of uncommitted keys after the kernels' read by one optimization
 // barrier (without it XLA copies the cache twice a layer).
 func TestTritonAttentionInModels(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=attention")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=attention")
 	require.NoError(t, err)
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
@@ -143,11 +140,11 @@ func TestTritonAttentionInModels(t *testing.T) {
 // 4 rows keeps the plain products.
 func TestTritonFoldInModels(t *testing.T) {
 	for _, options := range []string{"triton=gemv-all,triton=fold", "triton=gemv,triton=fold"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			t.Run(options+"/"+filepath.Base(dir), func(t *testing.T) {
-				m, err := model.Load(hlo.NewBuildOnly(), dir, model.LoadOptions{})
+				m, err := model.Load(hlo.PlainBuildOnly(), dir, model.LoadOptions{})
 				require.NoError(t, err)
 				cfg := m.Config
 				require.NoError(t, m.Close())
@@ -184,7 +181,7 @@ func TestTritonPDLInModels(t *testing.T) {
 		if pdl {
 			o += ",triton=pdl"
 		}
-		b, err := hlo.NewBuildOnlyWith(o)
+		b, err := hlo.NewBuildOnlyWithKernels(o)
 		require.NoError(t, err)
 		text, _ := windowText(t, b, dir, 1, 1)
 		calls := tritonCallsWith(text, "tt.func")
@@ -210,7 +207,7 @@ func TestTritonRopeInModels(t *testing.T) {
 			if rope {
 				options += ",triton=rope"
 			}
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
 				text, layers := windowText(t, b, dir, w[0], w[1])
@@ -236,7 +233,7 @@ func TestTritonPlaceInModels(t *testing.T) {
 	const reading = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %oacc"
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			text, layers := windowTextWrites(t, b, dir, 1, 4, false)
 			name := fmt.Sprintf("%s %s, a denoise step", filepath.Base(dir), options)
@@ -253,7 +250,7 @@ func TestTritonPlaceInModels(t *testing.T) {
 	const placing = "%start: !tt.ptr<i32> {tt.divisibility = 16 : i32}, %written: !tt.ptr<i32>"
 	for _, dir := range fixtures.Subdirs(t, "models") {
 		for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-			b, err := hlo.NewBuildOnlyWith(options)
+			b, err := hlo.NewBuildOnlyWithKernels(options)
 			require.NoError(t, err)
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
 				text, layers := windowText(t, b, dir, w[0], w[1])
@@ -349,7 +346,7 @@ func TestTritonNormInModels(t *testing.T) {
 	const plain, summed = "tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %g:",
 		"tt.func public @norm(%a: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %b:"
 	for _, options := range []string{"triton=norm", "triton=gemv,triton=attention,triton=fold,triton=pdl,triton=rope,triton=norm"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, dir := range fixtures.Subdirs(t, "models") {
 			for _, w := range [][2]int{{1, 1}, {1, 4}, {2, 1}, {2, 4}} {
@@ -380,7 +377,7 @@ func TestTritonPlacePastCopyBound(t *testing.T) {
 	const layers, capacity = 2, 4608
 	dir := zeroCheckpoint(t, layers)
 	for _, options := range []string{"triton=attention,triton=rope", "triton=attention,triton=rope,triton=place"} {
-		b, err := hlo.NewBuildOnlyWith(options)
+		b, err := hlo.NewBuildOnlyWithKernels(options)
 		require.NoError(t, err)
 		for _, batch := range []int{1, 2} {
 			m, err := model.Load(b, dir, model.LoadOptions{})
@@ -453,12 +450,12 @@ func zeroCheckpoint(t *testing.T, layers int) string {
 // steps, nothing is split.
 func TestSplitDownInModels(t *testing.T) {
 	dir := filepath.Join(fixtures.Dir(t), "models", "tiny-llama")
-	b, err := hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=2")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv,triton=fold,splitdown=2")
 	require.NoError(t, err)
 	text, _ := windowText(t, b, dir, 1, 1)
 	require.NotContains(t, text, "%kstart = arith.muli %part")
 
-	b, err = hlo.NewBuildOnlyWith("triton=gemv,triton=fold,splitdown=3")
+	b, err = hlo.NewBuildOnlyWithKernels("triton=gemv,triton=fold,splitdown=3")
 	require.NoError(t, err)
 	text, layers := windowText(t, b, dir, 1, 1)
 	const hidden = 64
@@ -493,7 +490,7 @@ func TestPreloadInModels(t *testing.T) {
 		{kernels + ",triton=preload", 4, 0, 0},
 		{kernels, 1, 0, 0},
 	} {
-		b, err := hlo.NewBuildOnlyWith(c.options)
+		b, err := hlo.NewBuildOnlyWithKernels(c.options)
 		require.NoError(t, err)
 		text, layers := windowText(t, b, dir, 1, c.width)
 		require.Equal(t, c.loads*layers, tritonCallsWith(text, "%wfirst = tt.load %wp0 : tensor<2x128x!tt.ptr<bf16>>"), "%s, width %d", c.options, c.width)

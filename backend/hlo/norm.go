@@ -13,63 +13,48 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 )
 
-// normedRows returns, with option triton=norm, the product of lhs and rhs as our norm
-// kernel (triton.Kernels.RowNorm) and the dense product of its output, when they are
-// model's normed dense layer of several rows: a dense product (denseProduct) of
-// normWeighted(x, g) times invRMS(x), either way round (normedLayerOf), as
-// normedProduct recognises it for one row. Where x is the sum of two float32 addends
-// of its shape (the residual add before the norm), the kernel takes them and computes
-// x too, and x's value becomes the kernel's sum from then on, so that XLA's add is
-// left unused. So is package quant's FP8 layer of several rows whose input is its
-// normalised row (normalisedRowOf), its product of FP8 bytes times its scale
-// (fp8ScaleOf): the kernel then returns the normalised row, which our GEMV multiplies
-// by the bytes where fp8Tile has a tile. The norm's own operations and the product it
-// replaces are left for XLA to remove. ok is false, with nothing added, for every
-// other product.
-func (f *Function) normedRows(lhs, rhs compute.Value) (v compute.Value, ok bool, err error) {
-	l, ok1 := lhs.(*value)
-	r, ok2 := rhs.(*value)
-	if !f.builder.backend.tritonNorm || !ok1 || !ok2 {
+// normedRows returns, with tritonNorm, a kernels.NormedDense of several rows
+// as our norm kernel (triton.Kernels.RowNorm) and the dense product of its output,
+// scaled by each row's 1/rms, where our kernels take it (normedDense.takenByKernels).
+// Where X is a kernels.ResidualAdd that XLA would add, the kernel takes its addends
+// and computes X too, and X's value becomes the kernel's sum from then on, so that
+// XLA's add is left unused. So is a kernels.FP8Dense of several rows whose input is a
+// kernels.NormalisedRow (normalisedInput): the kernel then returns the normalised row,
+// which our GEMV multiplies by the bytes where fp8Tile has a tile, scaled by the
+// layer's scale. The norm's own operations and the product it replaces are left for
+// XLA to remove. ok is false, with nothing added, where the kernel does not take it.
+func (f *Function) normedRows(r any) (v compute.Value, ok bool, err error) {
+	if !f.builder.backend.tritonNorm {
 		return nil, false, nil
 	}
-	for _, pair := range [][2]*value{{l, r}, {r, l}} {
-		product := pair[0]
-		if opOf(product) != compute.OpTypeDotGeneral || product.origin.w == nil {
-			continue
+	var product, x, g, scale *value
+	var norm triton.Norm
+	switch r := r.(type) {
+	case *normedDense:
+		if !r.takenByKernels() {
+			return nil, false, nil
 		}
-		x, g, norm, ok := normedLayerOf(product, pair[1])
-		scale, fp8 := fp8ScaleOf(product, pair[1])
-		if !ok && fp8 {
-			x, g, norm, ok = normalisedRowOf(product.origin.x)
+		product, x, g, norm = r.product, r.x, r.gain, r.norm
+	case *fp8Dense:
+		row := normalisedInput(r.product)
+		if w := originOf(r.product).w; w == nil || e4m3Bytes(w) == nil || row == nil {
+			return nil, false, nil
 		}
-		if !ok {
-			continue
-		}
-		if !norm.Before {
-			scale = nil
-		}
-		k := x.shape.Dimensions[x.shape.Rank()-1]
-		rows := triton.RowNorm{M: x.shape.Size() / k, K: k, Norm: norm}
-		if rows.M < 2 || triton.CheckRowNorm(rows) != nil {
-			continue
-		}
-		addends := []*value{x}
-		if a, b, ok := sumOf(x); ok && x.fn == f {
-			addends, rows.Sum = []*value{a, b}, true
-		}
-		out, err := f.normedRowsProduct(product, x, g, scale, addends, rows)
-		return out, true, err
+		product, x, g, scale, norm = r.product, row.x, row.gain, r.scale, row.norm
+	default:
+		return nil, false, nil
 	}
-	return nil, false, nil
-}
-
-// sumOf returns the addends of x when x is the sum of two float32 values of its shape.
-func sumOf(x *value) (a, b *value, ok bool) {
-	if opOf(x) != compute.OpTypeAdd || x.shape.DType != dtypes.Float32 {
-		return nil, nil, false
+	k := x.shape.Dimensions[x.shape.Rank()-1]
+	rows := triton.RowNorm{M: x.shape.Size() / k, K: k, Norm: norm}
+	if rows.M < 2 || triton.CheckRowNorm(rows) != nil {
+		return nil, false, nil
 	}
-	a, b = x.origin.args[0], x.origin.args[1]
-	return a, b, a.shape.Equal(x.shape) && b.shape.Equal(x.shape)
+	addends := []*value{x}
+	if sum := originOf(x).addends; sum != nil && x.fn == f {
+		addends, rows.Sum = sum, true
+	}
+	out, err := f.normedRowsProduct(product, x, g, scale, addends, rows)
+	return out, true, err
 }
 
 // normedRowsProduct appends normedRows' kernel for rows of x (from its addends, one or

@@ -52,7 +52,7 @@ func (f *Function) unary(op compute.OpType, apply func(*stablehlo.Value) (*stabl
 	v, err := apply(vs[0])
 	out, err := f.result(op, v, err)
 	if err == nil {
-		f.record(out, op, x)
+		f.recordOperand(out, op, x)
 	}
 	return out, err
 }
@@ -67,13 +67,9 @@ func (f *Function) binary(op compute.OpType, apply func(lhs, rhs *stablehlo.Valu
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
+	return f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return apply(b[0], b[1])
 	})
-	if err == nil {
-		f.record(v, op, lhs, rhs)
-	}
-	return v, err
 }
 
 // broadcastApply broadcasts vs to dims and applies apply to them.
@@ -106,13 +102,9 @@ func (f *Function) compare(op compute.OpType, dir types.ComparisonDirection, tot
 	if totalOrder && dtype.IsFloat() {
 		kind = types.CompareTotalOrder
 	}
-	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
+	return f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Compare(b[0], b[1], dir, kind)
 	})
-	if err == nil {
-		f.record(v, op, lhs, rhs)
-	}
-	return v, err
 }
 
 // compareType is the StableHLO comparison type of dtype's values.
@@ -243,12 +235,22 @@ func (f *Function) Clz(x compute.Value) (compute.Value, error) {
 	return f.unary(compute.OpTypeClz, stablehlo.CountLeadingZeros, x)
 }
 
-// Add implements compute.StandardOps.
+// Add implements compute.StandardOps. Where it completes a kernels.ResidualAdd, a fold
+// kernel may compute it (residualProduct); else XLA adds, and the sum keeps its
+// addends for the norm kernel after it (normedRows).
 func (f *Function) Add(lhs, rhs compute.Value) (compute.Value, error) {
-	if v, ok, err := f.residualProduct(lhs, rhs); ok {
+	r, ok := f.builder.completes(compute.OpTypeAdd, lhs, rhs).(*residualAdd)
+	if !ok {
+		return f.binary(compute.OpTypeAdd, stablehlo.Add, lhs, rhs)
+	}
+	if v, ok, err := f.residualProduct(r); ok {
 		return v, err
 	}
-	return f.binary(compute.OpTypeAdd, stablehlo.Add, lhs, rhs)
+	out, err := f.binary(compute.OpTypeAdd, stablehlo.Add, lhs, rhs)
+	if err == nil {
+		out.(*value).known().addends = []*value{lhs.(*value), rhs.(*value)}
+	}
+	return out, err
 }
 
 // Sub implements compute.StandardOps.
@@ -256,16 +258,32 @@ func (f *Function) Sub(lhs, rhs compute.Value) (compute.Value, error) {
 	return f.binary(compute.OpTypeSub, stablehlo.Subtract, lhs, rhs)
 }
 
-// Mul implements compute.StandardOps.
+// Mul implements compute.StandardOps. Where it completes a kernels.NormedDense or a
+// kernels.FP8Dense, our kernels may compute it with the norm before it: one row's
+// (normedProduct, normalisedProduct) or several rows' (normedRows); else XLA
+// multiplies, and an FP8 layer's output keeps its product and scale for the fold kernel
+// of the residual add after it (residualProduct).
 func (f *Function) Mul(lhs, rhs compute.Value) (compute.Value, error) {
-	if v, ok, err := f.normedProduct(lhs, rhs); ok {
-		return v, err
-	}
-	if v, ok, err := f.normalisedProduct(lhs, rhs); ok {
-		return v, err
-	}
-	if v, ok, err := f.normedRows(lhs, rhs); ok {
-		return v, err
+	switch r := f.builder.completes(compute.OpTypeMul, lhs, rhs).(type) {
+	case *normedDense:
+		if v, ok, err := f.normedProduct(r); ok {
+			return v, err
+		}
+		if v, ok, err := f.normedRows(r); ok {
+			return v, err
+		}
+	case *fp8Dense:
+		if v, ok, err := f.normalisedProduct(r); ok {
+			return v, err
+		}
+		if v, ok, err := f.normedRows(r); ok {
+			return v, err
+		}
+		out, err := f.binary(compute.OpTypeMul, stablehlo.Multiply, lhs, rhs)
+		if err == nil {
+			out.(*value).known().fp8 = r
+		}
+		return out, err
 	}
 	return f.binary(compute.OpTypeMul, stablehlo.Multiply, lhs, rhs)
 }
@@ -419,10 +437,6 @@ func (f *Function) Where(condition, onTrue, onFalse compute.Value) (compute.Valu
 	v, err := f.broadcastApply(op, out.Dimensions, vs, func(b []*stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Select(b[0], b[1], b[2])
 	})
-	if err == nil {
-		f.record(v, op, condition, onTrue, onFalse)
-		f.notePlacement(v)
-	}
 	return v, err
 }
 
@@ -463,24 +477,16 @@ func (f *Function) Reshape(x compute.Value, dims ...int) (compute.Value, error) 
 
 // Transpose implements compute.StandardOps.
 func (f *Function) Transpose(x compute.Value, permutation ...int) (compute.Value, error) {
-	out, err := f.unary(compute.OpTypeTranspose, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	return f.unary(compute.OpTypeTranspose, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Transpose(v, permutation...)
 	}, x)
-	if o := originOf(out); o != nil {
-		o.axes = permutation
-	}
-	return out, err
 }
 
 // BroadcastInDim implements compute.StandardOps.
 func (f *Function) BroadcastInDim(x compute.Value, outputShape shapes.Shape, broadcastAxes []int) (compute.Value, error) {
-	out, err := f.unary(compute.OpTypeBroadcastInDim, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	return f.unary(compute.OpTypeBroadcastInDim, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.BroadcastInDim(v, toXLA(outputShape), broadcastAxes)
 	}, x)
-	if o := originOf(out); o != nil {
-		o.axes = broadcastAxes
-	}
-	return out, err
 }
 
 // Slice implements compute.StandardOps; nil strides are all 1.
@@ -488,13 +494,9 @@ func (f *Function) Slice(x compute.Value, starts, limits, strides []int) (comput
 	if strides == nil {
 		strides = slices.Repeat([]int{1}, len(starts))
 	}
-	out, err := f.unary(compute.OpTypeSlice, func(v *stablehlo.Value) (*stablehlo.Value, error) {
+	return f.unary(compute.OpTypeSlice, func(v *stablehlo.Value) (*stablehlo.Value, error) {
 		return stablehlo.Slice(v, starts, limits, strides)
 	}, x)
-	if o := originOf(out); o != nil && slices.Equal(strides, slices.Repeat([]int{1}, len(starts))) {
-		o.starts, o.limits = starts, limits
-	}
-	return out, err
 }
 
 // Reverse implements compute.StandardOps.
@@ -511,14 +513,7 @@ func (f *Function) Concatenate(axis int, operands ...compute.Value) (compute.Val
 		return nil, opError(compute.OpTypeConcatenate, err)
 	}
 	v, err := stablehlo.Concatenate(axis, vs...)
-	out, err := f.result(compute.OpTypeConcatenate, v, err)
-	if err == nil {
-		f.record(out, compute.OpTypeConcatenate, operands...)
-		if o := originOf(out); o != nil {
-			o.axes = []int{axis}
-		}
-	}
-	return out, err
+	return f.result(compute.OpTypeConcatenate, v, err)
 }
 
 // Iota implements compute.StandardOps.
@@ -527,14 +522,7 @@ func (f *Function) Iota(shape shapes.Shape, axis int) (compute.Value, error) {
 		return nil, err
 	}
 	v, err := f.fn.Iota(toXLA(shape), axis)
-	out, err := f.result(compute.OpTypeIota, v, err)
-	if err == nil {
-		f.record(out, compute.OpTypeIota)
-		if o := originOf(out); o != nil {
-			o.axes = []int{axis}
-		}
-	}
-	return out, err
+	return f.result(compute.OpTypeIota, v, err)
 }
 
 // DynamicSlice implements compute.StandardOps.
@@ -554,12 +542,7 @@ func (f *Function) DynamicUpdateSlice(x, update compute.Value, startIndices []co
 		return nil, opError(compute.OpTypeDynamicUpdateSlice, err)
 	}
 	v, err := stablehlo.DynamicUpdateSlice(vs[0], vs[1], vs[2:])
-	out, err := f.result(compute.OpTypeDynamicUpdateSlice, v, err)
-	if err == nil {
-		f.record(out, compute.OpTypeDynamicUpdateSlice, append([]compute.Value{x, update}, startIndices...)...)
-		f.notePlacement(out)
-	}
-	return out, err
+	return f.result(compute.OpTypeDynamicUpdateSlice, v, err)
 }
 
 // Pad implements compute.StandardOps.

@@ -122,14 +122,7 @@ func (f *Function) reduce(op compute.OpType, x compute.Value, axes []int) (compu
 		return nil, opError(op, err)
 	}
 	v, err := stablehlo.Reduce(vs[0], init, c, axes...)
-	out, err := f.result(op, v, err)
-	if err == nil {
-		f.record(out, op, x)
-		if o := originOf(out); o != nil {
-			o.axes = axes
-		}
-	}
-	return out, err
+	return f.result(op, v, err)
 }
 
 // ReduceSum implements compute.StandardOps.
@@ -336,7 +329,7 @@ func (f *Function) CumSum(x compute.Value, axis int, options compute.CumSumOptio
 
 // DotGeneral implements compute.StandardOps. The accumulator dtype (else the output
 // dtype) is StableHLO's preferred element type; an output dtype other than the
-// accumulator's is a conversion after. With option triton, the dense bfloat16 products
+// accumulator's is a conversion after. With tritonGEMV, the dense bfloat16 products
 // it names run our Triton GEMV instead (see tritonGEMV, in gemv.go), and so do those
 // whose weight is FP8 bytes decoded by package quant's table, on the bytes (fp8.go).
 func (f *Function) DotGeneral(lhs compute.Value, lhsContractingAxes, lhsBatchAxes []int,
@@ -388,13 +381,13 @@ func (f *Function) fp8Product(x *stablehlo.Value, lhs compute.Value, lhsContract
 	return f.fp8BytesProduct(x, xBytes, lhsContractingAxes, lhsBatchAxes, w, rhsContractingAxes, rhsBatchAxes, config)
 }
 
-// fp8BytesProduct is, under option triton, the product of x by FP8 bytes w: our GEMV on
+// fp8BytesProduct is, with tritonGEMV, the product of x by FP8 bytes w: our GEMV on
 // the bytes where fp8Tile has a tile, else XLA's dot_general of the bytes converted as
 // f8E4M3FN values (e4m3Values), so that XLA's GEMM reads the bytes rather than a decoded
 // copy of the weight. Where a W8A8 layer quantized x (xBytes not nil), x's bytes are
 // converted too, for XLA's FP8 × FP8 GEMM on the tensor cores under precision HIGHEST
 // (sums within ~3e-4 of the exact product, far under x's own rounding to E4M3). ok is
-// false without option triton (the plain backend keeps package quant's table).
+// false without tritonGEMV (the plain backend keeps package quant's table).
 func (f *Function) fp8BytesProduct(x, xBytes *stablehlo.Value, lhsContractingAxes, lhsBatchAxes []int,
 	w *stablehlo.Value, rhsContractingAxes, rhsBatchAxes []int, config compute.DotGeneralConfig) (*stablehlo.Value, bool, error) {
 	if f.builder.backend.tritonGEMV == gemvNone {
@@ -462,11 +455,7 @@ func (f *Function) Gather(operand, startIndices compute.Value, indexVectorAxis i
 	}
 	v, err := stablehlo.Gather(vs[0], vs[1], indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, nil, nil,
 		startIndexMap, sliceSizes, indicesAreSorted)
-	out, err := f.result(op, v, err)
-	if err == nil {
-		f.recordE4M3Gather(out, operand, startIndices, indexVectorAxis, offsetOutputAxes, collapsedSliceAxes, startIndexMap, sliceSizes)
-	}
-	return out, err
+	return f.result(op, v, err)
 }
 
 // scatter scatters updates into operand at scatterIndices, combining with combine.

@@ -15,19 +15,27 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
+	"github.com/blockdiff/blockdiff/internal/kernels"
 )
 
 // build builds a graph of the given inputs on a build-only backend and returns its
 // StableHLO text.
 func build(t *testing.T, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) string {
 	t.Helper()
-	return buildOn(t, hlo.NewBuildOnly(), inputs, fn)
+	return buildOn(t, hlo.PlainBuildOnly(), inputs, fn)
 }
 
 // buildOn is build on the build-only backend b.
 func buildOn(t *testing.T, b *hlo.Backend, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) string {
 	t.Helper()
-	g := NewGraph(b, t.Name())
+	text, err := tryBuildOn(b, t.Name(), inputs, fn)
+	require.NoError(t, err)
+	return text
+}
+
+// tryBuildOn is buildOn returning the error of a build that fails.
+func tryBuildOn(b *hlo.Backend, name string, inputs []shapes.Shape, fn func(g *Graph, in []*Node) []*Node) (string, error) {
+	g := NewGraph(b, name)
 	err := exceptions.TryCatch[error](func() {
 		in := make([]*Node, len(inputs))
 		for i, s := range inputs {
@@ -37,10 +45,11 @@ func buildOn(t *testing.T, b *hlo.Backend, inputs []shapes.Shape, fn func(g *Gra
 			panic(err)
 		}
 	})
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	text, err := hlo.Program(g.Executable())
-	require.NoError(t, err)
-	return string(text)
+	return string(text), err
 }
 
 // requireOp fails unless text has an op named op (e.g. "gather") whose result types
@@ -181,7 +190,7 @@ func TestWhile(t *testing.T) {
 }
 
 func TestFusedOpsAreDecomposed(t *testing.T) {
-	require.False(t, hlo.NewBuildOnly().Capabilities().Operations[compute.OpTypeFusedSoftmax])
+	require.False(t, hlo.PlainBuildOnly().Capabilities().Operations[compute.OpTypeFusedSoftmax])
 	text := build(t, []shapes.Shape{f32(2, 7)}, func(g *Graph, in []*Node) []*Node {
 		return []*Node{Softmax(in[0], -1)}
 	})
@@ -189,7 +198,7 @@ func TestFusedOpsAreDecomposed(t *testing.T) {
 }
 
 func TestExecuteFailsWhenBuildOnly(t *testing.T) {
-	b := hlo.NewBuildOnly()
+	b := hlo.PlainBuildOnly()
 	exec, err := NewExec(b, func(x *Node) *Node { return Neg(x) })
 	require.NoError(t, err)
 	err = exceptions.TryCatch[error](func() { exec.MustCall([]float32{1, 2}) })
@@ -209,7 +218,7 @@ func TestRandomNormal(t *testing.T) {
 // tritonOnly returns a build-only backend with option triton=gemv-all.
 func tritonOnly(t *testing.T) *hlo.Backend {
 	t.Helper()
-	b, err := hlo.NewBuildOnlyWith("triton=gemv-all")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv-all")
 	require.NoError(t, err)
 	return b
 }
@@ -356,7 +365,7 @@ func TestTritonGEMVInWhile(t *testing.T) {
 // triton=gemv lowers only the products our GEMV ran faster than XLA's dot on the H200:
 // MiniCPM5-2B's gate/up at 1 row, but not its qkv at 1 row nor its gate/up at 4 rows.
 func TestTritonGEMVWhereFaster(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=gemv")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=gemv")
 	require.NoError(t, err)
 	for _, c := range []struct {
 		rows, n int
@@ -370,39 +379,54 @@ func TestTritonGEMVWhereFaster(t *testing.T) {
 	}
 }
 
-// With triton=fold, a normed dense layer of one row, built as model builds it, runs as
-// our GEMV with the norm folded in, inside a While's body too (the decoder's loops),
-// with its weights read from the enclosing function. Near misses keep their ops: a
-// norm of another row, and a product by 1/sqrt instead of rsqrt.
+// With triton=fold, a normed dense layer of one row that the graph names as such
+// (kernels.NormedDense) runs as our GEMV with the norm folded in, inside a While's body
+// too (the decoder's loops), with its weights read from the enclosing function. The
+// same operations unnamed keep their ops: the backend recognises no chain of them. A
+// named layer whose product by its factor is never built, or whose norm weight does not
+// fit its rows, fails.
 func TestTritonFoldInWhile(t *testing.T) {
-	b, err := hlo.NewBuildOnlyWith("triton=fold")
+	b, err := hlo.NewBuildOnlyWithKernels("triton=fold")
 	require.NoError(t, err)
 	f32, bf16 := dtypes.Float32, dtypes.BFloat16
 	inputs := []shapes.Shape{shapes.Make(f32, 1, 1, 64), shapes.Make(bf16, 64), shapes.Make(bf16, 128, 64)}
-	normed := func(x, other, g, w *Node, inv func(*Node) *Node) *Node {
-		weighted := Mul(ConvertDType(other, bf16), Reshape(g, 1, 1, 64))
+	// normed is model's normedDense; mark names it, complete multiplies its product by
+	// its factor.
+	normed := func(x, g, gain, w *Node, mark, complete bool) *Node {
+		inv := Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), 1e-6))
+		weighted := Mul(ConvertDType(x, bf16), Reshape(g, 1, 1, 64))
 		y := Dot(weighted, w).WithOutputDType(f32).General([]int{2}, nil, []int{1}, nil)
-		return Mul(y, inv(x))
+		if mark {
+			kernels.Mark(x.Graph(), kernels.NormedDense{X: kernels.Value(x), Gain: kernels.Value(gain),
+				Product: kernels.Value(y), Factor: kernels.Value(inv), Eps: 1e-6, Scale: 1})
+		}
+		if !complete {
+			return y
+		}
+		return Mul(y, inv)
 	}
-	rsqrt := func(x *Node) *Node { return Rsqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), 1e-6)) }
-	inverseSqrt := func(x *Node) *Node {
-		return Inverse(Sqrt(AddScalar(ReduceAndKeep(Square(x), ReduceMean, -1), 1e-6)))
-	}
-	count := func(layer func(x, g, w *Node) *Node) int {
-		text := buildOn(t, b, inputs, func(g *Graph, in []*Node) []*Node {
+	build := func(mark, complete bool, gain func(in []*Node) *Node) (string, error) {
+		return tryBuildOn(b, t.Name(), inputs, func(g *Graph, in []*Node) []*Node {
 			cond := NewClosure(g, func(g *Graph) []*Node {
 				x := Parameter(g, "x", in[0].Shape())
 				return []*Node{LessThan(ReduceAllSum(x), Const(g, float32(100)))}
 			})
 			body := NewClosure(g, func(g *Graph) []*Node {
 				x := Parameter(g, "x", in[0].Shape())
-				return []*Node{SliceAxis(layer(x, in[1], in[2]), -1, AxisRange(0, 64))}
+				return []*Node{SliceAxis(normed(x, in[1], gain(in), in[2], mark, complete), -1, AxisRange(0, 64))}
 			})
 			return While(cond, body, in[0])
 		})
-		return tritonCallsWith(text, "tt.func public @gemm_norm(")
 	}
-	require.Equal(t, 1, count(func(x, g, w *Node) *Node { return normed(x, x, g, w, rsqrt) }))
-	require.Zero(t, count(func(x, g, w *Node) *Node { return normed(x, MulScalar(x, 2), g, w, rsqrt) }))
-	require.Zero(t, count(func(x, g, w *Node) *Node { return normed(x, x, g, w, inverseSqrt) }))
+	norm := func(in []*Node) *Node { return in[1] }
+	text, err := build(true, true, norm)
+	require.NoError(t, err)
+	require.Equal(t, 1, tritonCallsWith(text, "tt.func public @gemm_norm("))
+	text, err = build(false, true, norm)
+	require.NoError(t, err)
+	require.Zero(t, tritonCallsWith(text, "tt.func public @gemm_norm("), "not named")
+	_, err = build(true, false, norm)
+	require.ErrorContains(t, err, "never completed")
+	_, err = build(true, true, func(in []*Node) *Node { return Slice(in[1], AxisRange(0, 32)) })
+	require.ErrorContains(t, err, "must be float32 [..., K] and [K]")
 }

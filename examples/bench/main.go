@@ -11,11 +11,6 @@
 // reveal-min (the preset's minimum per step: a lower bound).
 //
 //	go run ./examples/bench -only steps,prefill,decode -batches 1,8,64
-//
-// -env times the same sections under several environment settings in one process, on
-// one loaded (and quantized) model, recompiling its programs for each: a backend's
-// settings read when it compiles, such as the experiment knobs of bench/gpu.sh's
-// sections, compared without loading the model again.
 package main
 
 import (
@@ -64,27 +59,8 @@ var (
 	prefillFree  = flag.Bool("prefill-free", false, "with -prefill-fresh, free the previous inputs first")
 	prefillToks  = flag.String("prefill-tokens", "512,2048", "comma-separated prompt lengths of the prefill timings")
 	addedPrefill = flag.Int("added-prefills", 0, "also time device loops of 1 and of 1+N prefills and report the time each added prefill takes (0: not), free of each execution's own cost, as the peer's CUDA-graph prefill timed by CUDA events is; on backends that run loops on the device")
-	prefillAt    = flag.String("prefill-attention", "auto", "comma-separated prefill attention paths to time: auto, fused, plain (see model.PrefillAttention); the first is used for decoding")
 	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof; the timed calls are under runAndWait)")
-	envFlag      = flag.String("env", "", "semicolon-separated environment variants, each space-separated NAME=VALUE settings (or nothing, for the environment as it is): every section runs under each in turn on the one loaded (and quantized) model, its programs recompiled, e.g. \"; KNOB=1\" to time a setting that an experiment branch's backend reads when it compiles (main's reads none)")
 )
-
-// prefillAttention is -prefill-attention, parsed by main.
-var prefillAttention []model.PrefillAttention
-
-// prefillModes parses -prefill-attention.
-func prefillModes() ([]model.PrefillAttention, error) {
-	all := []model.PrefillAttention{model.PrefillAttentionAuto, model.PrefillAttentionFused, model.PrefillAttentionPlain}
-	var modes []model.PrefillAttention
-	for _, name := range strings.Split(*prefillAt, ",") {
-		i := slices.IndexFunc(all, func(p model.PrefillAttention) bool { return p.String() == name })
-		if i < 0 {
-			return nil, fmt.Errorf("unknown -prefill-attention %q", name)
-		}
-		modes = append(modes, all[i])
-	}
-	return modes, nil
-}
 
 // row is one measurement.
 type row struct {
@@ -96,7 +72,6 @@ type row struct {
 	PerStep float64 `json:"tokens_per_step,omitempty"`
 	TokPerS float64 `json:"tokens_per_s,omitempty"`
 	Note    string  `json:"note,omitempty"`
-	Env     string  `json:"env,omitempty"` // the -env variant it ran under
 }
 
 func main() {
@@ -120,45 +95,25 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("backend: %s", choice)
-	if prefillAttention, err = prefillModes(); err != nil {
-		log.Fatal(err)
-	}
 	m, err := loadModel(b)
 	if err != nil {
 		log.Fatal(err)
 	}
-	m.PrefillAttention = prefillAttention[0]
 	log.Printf("model: %s, %d layers, %s, weights %.2f GB", m.Config.Architecture, m.Config.NumLayers, m.DType,
 		float64(m.WeightBytes())/1e9)
 
 	// Each section's table is printed as soon as it is measured, so that a run cut
 	// short by a time limit keeps what it measured.
-	variants, err := parseEnv(*envFlag)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var rows []row
 	parts := strings.Split(*only, ",")
-	for i, variant := range variants {
-		if len(variants) > 1 {
-			if i > 0 {
-				dropPrograms(m)
-			}
-			variant.apply()
-			fmt.Printf("env: %s\n", variant)
-		}
-		for _, section := range []struct {
-			name  string
-			bench func(*model.Model) []row
-		}{{"steps", benchSteps}, {"prefill", benchPrefill}, {"decode", benchDecode}} {
-			if slices.Contains(parts, section.name) {
-				measured := section.bench(m)
-				printTable(measured)
-				for j := range measured {
-					measured[j].Env = variant.String()
-				}
-				rows = append(rows, measured...)
-			}
+	for _, section := range []struct {
+		name  string
+		bench func(*model.Model) []row
+	}{{"steps", benchSteps}, {"prefill", benchPrefill}, {"decode", benchDecode}} {
+		if slices.Contains(parts, section.name) {
+			measured := section.bench(m)
+			printTable(measured)
+			rows = append(rows, measured...)
 		}
 	}
 	if *jsonOut != "" {

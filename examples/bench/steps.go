@@ -188,25 +188,20 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 	return r, nil
 }
 
-// benchPrefill times the prefill of 512 and 2048 prompt tokens (one execution each,
-// block-causal with blocks of 4, keys and values written, logits of the last position)
-// with each attention path of -prefill-attention.
+// benchPrefill times the prefill of -prefill-tokens prompt tokens (one execution each,
+// block-causal with blocks of 4, keys and values written, logits of the last position).
 func benchPrefill(m *model.Model) []row {
-	defer func(mode model.PrefillAttention) { m.PrefillAttention = mode }(m.PrefillAttention)
 	var rows []row
-	for _, mode := range prefillAttention {
-		m.PrefillAttention = mode
-		for _, field := range strings.Split(*prefillToks, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(field))
-			check(err)
-			if n < 1 || n > m.Config.MaxPositionEmbeddings {
-				log.Printf("prefill of %d tokens skipped: the model takes 1 to %d positions", n, m.Config.MaxPositionEmbeddings)
-				continue
-			}
-			rows = append(rows, benchPrefillOnce(m, n, len(prefillAttention) > 1))
-			if *addedPrefill > 0 && backend.RunsLoopsOnDevice(m.Backend()) {
-				rows = append(rows, benchPrefillAdded(m, n, *addedPrefill))
-			}
+	for _, field := range strings.Split(*prefillToks, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(field))
+		check(err)
+		if n < 1 || n > m.Config.MaxPositionEmbeddings {
+			log.Printf("prefill of %d tokens skipped: the model takes 1 to %d positions", n, m.Config.MaxPositionEmbeddings)
+			continue
+		}
+		rows = append(rows, benchPrefillOnce(m, n))
+		if *addedPrefill > 0 && backend.RunsLoopsOnDevice(m.Backend()) {
+			rows = append(rows, benchPrefillAdded(m, n, *addedPrefill))
 		}
 	}
 	return rows
@@ -236,7 +231,7 @@ func benchPrefillAdded(m *model.Model, n, added int) row {
 // prefill's first token the argmax of the one before's last logits, so that XLA can
 // neither hoist nor merge them; the cache is carried from one to the next.
 func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
-	key := fmt.Sprintf("bench/prefill-loop/%d/%s/%d", n, m.PrefillAttention, r)
+	key := fmt.Sprintf("bench/prefill-loop/%d/%d", n, r)
 	return m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
 		init := append([]*Node{Const(g, int32(0)), in[0]}, zeroCache(g, m, n)...)
@@ -255,12 +250,11 @@ func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
 	})
 }
 
-// benchPrefillOnce times the prefill of n tokens with m's PrefillAttention, naming it
-// in the row when named is set, into -prefill-capacity slots and, with -prefill-inputs,
-// with its start, write length and logits' position given at run time.
-func benchPrefillOnce(m *model.Model, n int, named bool) row {
+// benchPrefillOnce times the prefill of n tokens into -prefill-capacity slots and, with
+// -prefill-inputs, with its start, write length and logits' position given at run time.
+func benchPrefillOnce(m *model.Model, n int) row {
 	slots := max(*prefillCap, n)
-	key := fmt.Sprintf("bench/prefill/%d/%s/%d/%t", n, m.PrefillAttention, slots, *prefillIn)
+	key := fmt.Sprintf("bench/prefill/%d/%d/%t", n, slots, *prefillIn)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}
 	if *prefillIn {
 		inputs = append(inputs, shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1, 1))
@@ -299,9 +293,6 @@ func benchPrefillOnce(m *model.Model, n int, named bool) row {
 	times, err := repeat(10, run)
 	check(err)
 	name := fmt.Sprintf("prefill %d tokens", n)
-	if named {
-		name += fmt.Sprintf(" (%s attention)", m.PrefillAttention)
-	}
 	if slots > n || *prefillIn || *prefillFresh {
 		name += fmt.Sprintf(" (%d slots, inputs %t, fresh %t, free %t)", slots, *prefillIn, *prefillFresh, *prefillFree)
 	}

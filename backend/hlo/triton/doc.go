@@ -17,9 +17,8 @@
 // [Kernels] appends them to a StableHLO function; its PDL field has them take part in
 // programmatic dependent launch on Hopper, and its Preload field has the o projection's
 // GEMV load its weight while the attention before it runs. backend/hlo lowers the
-// model's products and attention to them (its options triton=gemv, triton=attention,
-// triton=fold, triton=pdl, triton=preload and splitdown), whose GPU tests check them
-// against XLA's dot. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
+// model's products and attention, and the operations the model names (package
+// internal/kernels), to them; its GPU tests check them against XLA's dot. The TTIR generators are plain Go; the custom call needs go-xla's stablehlo
 // package, so call.go has the build constraint of the rest of backend/hlo
 // (cgo && !noxla).
 package triton
