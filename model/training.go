@@ -223,3 +223,8 @@ func CausalVisibility(g *Graph, w int) *Node {
 	shape := shapes.Make(dtypes.Int32, w, w)
 	return LessOrEqual(Iota(g, shape, 1), Iota(g, shape, 0))
 }
+
+// addScaled returns x + y·scale in x's dtype, unmarked: training graphs ask for no kernels.
+func addScaled(x, y *Node, scale float64) *Node {
+	return Add(x, scaledLike(x, y, scale))
+}
