@@ -152,7 +152,7 @@ func loadPrompts(tok *tokenizer.Tokenizer, path string, n int) ([]decodeeval.Pro
 	for _, f := range files {
 		cf = append(cf, codeeval.File{Path: f.Path, Data: []byte(f.Text)})
 	}
-	ps := codeeval.Prompts(cf, n, codeeval.PromptOptions{})
+	ps := codeeval.Prompts(cf, n, codeeval.PromptOptions{MaxLines: 15}) // bodies that a few hundred tokens close
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s holds no documented functions to prompt with", path)
 	}

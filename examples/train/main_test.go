@@ -58,5 +58,5 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(flags{stage: "eval", modelDir: f.ckpt, heldOutPath: ids, heldOutBytes: 600, seq: 16, batch: 4}, time.Now(), &out))
 	assert.Contains(t, out.String(), "bits/byte")
 
-	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar or eval")
+	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar, eval, convert, select or calibrate")
 }

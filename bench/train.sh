@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The demo model, made on one H200 in one device command: the tokenizer's check against
+# Hugging Face tokenizers, the autoregressive model (examples/train -stage ar), its
+# conversion to block diffusion (convert), the decoder's presets picked on the
+# validation split (select) and the FP8 checkpoint calibrated on it (calibrate).
+#
+#   bash bench/train.sh build     here: the corpus, the binary and the data, into .gpu/
+#   bash bench/train.sh           there (carry .gpu): the pipeline, ~9 min; logs and the
+#                                 FP8 demo come back under $OUT
+#
+# The stages' budgets (AR_TIME, CONVERT_TIME) fit the device's 10-minute command limit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/train-run}
+G=out/gocorpus
+
+if [ "${1:-}" = build ]; then
+  set -e
+  export GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd
+  GOMLX_BACKEND=go:num_executors=1 go run ./internal/gocorpus/cmd/gocorpus -out $G
+  rm -rf .gpu && mkdir -p .gpu/data
+  CGO_ENABLED=1 go build -ldflags="-s -w" -o .gpu/train ./examples/train
+  xz -9 -T2 .gpu/train
+  xz -9 -T2 -c $G/train.ids >.gpu/data/train.ids.xz
+  cp -r $G/tokenizer $G/validation.ids $G/heldout.ids $G/validation.jsonl.gz $G/heldout.jsonl.gz .gpu/data/
+  du -sh .gpu
+  exit 0
+fi
+
+mkdir -p "$OUT" /tmp/run
+python3 - <<'PY' # xz may be missing there
+import lzma, shutil
+for src, dst in [(".gpu/train.xz", "/tmp/run/train"), (".gpu/data/train.ids.xz", "/tmp/run/train.ids")]:
+    with lzma.open(src) as f, open(dst, "wb") as g:
+        shutil.copyfileobj(f, g)
+PY
+chmod +x /tmp/run/train
+D=.gpu/data
+export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
+stage() { echo; echo "=== $* ($(date +%T))"; }
+T=/tmp/run/train
+heldout_bytes=$(python3 -c "import gzip, json; print(sum(len(json.loads(l)['text'].encode()) for l in gzip.open('$D/heldout.jsonl.gz') if not json.loads(l)['path'].startswith('synthetic/')))")
+train_bytes=${TRAIN_BYTES:-42673627} # the train split's text (gocorpus)
+
+stage "tokenizer: ours against Hugging Face tokenizers on every held-out file"
+mkdir -p /tmp/run/g && cp -r $D/tokenizer $D/heldout.jsonl.gz /tmp/run/g/
+timeout 60 python3 internal/gocorpus/hfcheck.py /tmp/run/g 2>&1 | tail -20 | tee "$OUT/hfcheck.txt"
+
+stage "ar: hidden 512, 8 layers, GQA 8/2x64, FFN 1408, vocab 8192, B 32 x S 512"
+$T -stage ar -quiet -train /tmp/run/train.ids -heldout $D/heldout.ids -heldout-bytes "$heldout_bytes" \
+  -train-bytes "$train_bytes" -tokenizer $D/tokenizer \
+  ${AR_SHAPE:--hidden 512 -layers 8 -heads 8 -kv-heads 2 -ffn 1408 -seq 512 -batch 32} -tokens "${AR_TOKENS:-80000000}" \
+  -lr 2e-3 -min-lr 2e-4 -warmup 200 -wd 0.1 -log-every 200 -eval-every 2000 -eval-batches 8 \
+  -ckpt /tmp/run/ar -max-time "${AR_TIME:-230s}" -reserve 40s 2>&1 | tee "$OUT/ar.log" | grep -v '^step '
+
+stage "convert: blocks of 8 then 4, KL to the AR base"
+$T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
+  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-16000000}" -lr 5e-4 -min-lr 5e-5 -warmup 100 -wd 0.1 \
+  -block 4 -large-block 8 -large-frac 0.3 -log-every 200 -eval-batches 8 \
+  -ckpt /tmp/run/conv -max-time "${CONVERT_TIME:-150s}" -reserve 30s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
+
+stage "select: the decoder's presets from the validation split, then the held-out report"
+timeout 110 $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
+  -eval-prompts $D/heldout.jsonl.gz -heldout $D/heldout.ids -max-prompts ${PROMPTS:-64} -max-eval-prompts ${PROMPTS:-64} \
+  -max-new ${MAX_NEW:-160} -batch 16 -batches ${BATCHES:-1,8,64} -seq ${SEQ:-512} -eval-batch 16 -eval-batches 32 2>&1 | tee "$OUT/select.txt"
+
+stage "calibrate: FP8 static scales from the validation split; FP8 against bf16"
+timeout 75 $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
+  -heldout $D/heldout.ids -eval-prompts $D/heldout.jsonl.gz -max-eval-prompts ${PROMPTS:-64} -max-new ${MAX_NEW:-160} -batch 16 \
+  -seq ${SEQ:-512} -calib-seqs 64 -eval-batches 32 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
+
+stage "results"
+ls -la /tmp/run/demo
+# At most 8 files come back: the demo's shards, and everything else in one archive.
+cp /tmp/run/demo/*.safetensors "$OUT/" 2>/dev/null
+tar czf "$OUT/rest.tgz" -C /tmp/run demo/config.json demo/tokenizer.json demo/tokenizer_config.json \
+  demo/generation_config.json demo/model.safetensors.index.json ar/config.json ar/trainer_state.json \
+  conv/trainer_state.json conv/generation_config.json 2>/dev/null
+ls -la "$OUT"
