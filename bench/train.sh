@@ -56,7 +56,7 @@ $T -stage ar -quiet -train /tmp/run/train.ids -heldout $D/heldout.ids -heldout-b
 
 stage "convert: blocks of 8 then 4, KL to the AR base"
 $T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
-  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-16000000}" -lr 5e-4 -min-lr 5e-5 -warmup 100 -wd 0.1 \
+  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-12000000}" -lr 5e-4 -min-lr 5e-5 -warmup 100 -wd 0.1 \
   -block 4 -large-block 8 -large-frac 0.3 -log-every 200 -eval-batches 8 \
   -ckpt /tmp/run/conv -max-time "${CONVERT_TIME:-150s}" -reserve 30s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
 
