@@ -15,7 +15,8 @@
 #             fused decoding at FP8_BATCHES (1,8,64) in bf16, FP8, W8A8 (~5 min); FP8_PARTS
 #             ("steps decode") picks the halves
 #   contexts  the peer's and our steps after CONTEXTS ("2048 4096") positions (~2 min each)
-#   fixtures  correctness on ours: the model's, the decoder's and quant's fixture tests (~8 min)
+#   fixtures  correctness on ours: the model's, the decoder's and quant's fixture tests (~8 min;
+#             FIXTURES="diffusion" runs one package's)
 #   kernels   backend/hlo's GPU tests: our kernels against XLA's products and the Go backend (~5 min)
 #   headline  peer, steps, prefill, decode at batch 1 and the FP8 steps (the default)
 #
@@ -115,10 +116,15 @@ fixtures() {
   # float32 products at full precision (notf32) for the exact fixtures, on ours as
   # picked: its configuration is bench's first line (an unknown -dtype stops it there).
   config=$(ours .gpu/bin/bench -dtype none 2>&1 | sed -n 's/^backend: \([^ ]*\) .*/\1/p')
-  gotest model model.test 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused'
-  gotest diffusion diffusion.test \
-    'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel'
-  gotest quant quant.test 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy'
+  local p
+  for p in ${FIXTURES:-model diffusion quant}; do # a subset: FIXTURES="diffusion"
+    case $p in
+    model) gotest model model.test 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' ;;
+    diffusion) gotest diffusion diffusion.test \
+      'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel|TestNonFiniteLogits|TestFinishLengthWhenStopIsPastN|TestGenerateInsideStream' ;;
+    quant) gotest quant quant.test 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' ;;
+    esac
+  done
 }
 gotest() { # gotest NAME BINARY REGEXP: a test binary's tests on $config,notf32
   section "$1 on $config,notf32"
