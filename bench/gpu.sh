@@ -120,8 +120,7 @@ fixtures() {
   for p in ${FIXTURES:-model diffusion quant}; do # a subset: FIXTURES="diffusion"
     case $p in
     model) gotest model model.test 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' ;;
-    diffusion) gotest diffusion diffusion.test \
-      'TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel|TestNonFiniteLogits|TestFinishLengthWhenStopIsPastN|TestGenerateInsideStream' ;;
+    diffusion) gotest diffusion diffusion.test "${DIFFUSION_TESTS:-TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel|TestNonFiniteLogits|TestFinishLengthWhenStopIsPastN|TestGenerateInsideStream}" ;;
     quant) gotest quant quant.test 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' ;;
     esac
   done

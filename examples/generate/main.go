@@ -7,8 +7,10 @@
 // where chat.json holds a conversation to continue, [{"role": "user", "content":
 // "..."}, {"role": "assistant", "content": "..."}, ...].
 //
-// With no -model it runs a tiny random-weight model built in memory, so it works
-// offline anywhere; its text is noise, and it says so.
+// With no -model it runs the demo model embedded in the repository (module demomodel: a
+// model trained in Go on the Go toolchain's source, converted to block diffusion, in
+// FP8), offline, completing a Go function; -random runs a tiny random-weight model built
+// in memory instead, whose text is noise.
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/demomodel"
 	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/demo"
 	"github.com/blockdiff/blockdiff/model"
@@ -37,12 +40,13 @@ import (
 )
 
 var (
-	modelDir    = flag.String("model", "", "checkpoint folder with config.json, tokenizer.json and safetensors weights (default: a tiny random demo model)")
-	prompt      = flag.String("prompt", "Once upon a time", "the prompt")
+	modelDir    = flag.String("model", "", "checkpoint folder with config.json, tokenizer.json and safetensors weights (default: the embedded demo model)")
+	random      = flag.Bool("random", false, "run a tiny model with random weights built in memory instead of the demo (its text is noise)")
+	prompt      = flag.String("prompt", "", "the prompt (default: a Go function's head for the demo model, \"Once upon a time\" otherwise)")
 	system      = flag.String("system", "", "a system message (chat checkpoints)")
 	raw         = flag.Bool("raw", false, "encode the prompt as is, without the chat template")
 	messages    = flag.String("messages", "", `a conversation to continue instead of -prompt and -system: a JSON file ("-": standard input) holding [{"role": "user", "content": "..."}, ...], rendered with the checkpoint's chat template`)
-	preset      = flag.String("preset", "quality", "decoding preset: quality (threshold 0.9, 1 reveal) or speed (0.7, 2)")
+	preset      = flag.String("preset", "quality", "decoding preset: quality or speed, as the checkpoint's generation_config.json picks them (else threshold 0.9, 1 reveal; 0.7, 2)")
 	mode        = flag.String("mode", "fused", "fused, reference or autoregressive")
 	blockSize   = flag.Int("block", 0, "block size, 1 to 128 (0: the preset's, 4)")
 	threshold   = flag.Float64("threshold", 0, "reveal threshold in [0, 1]: masked positions whose confidence is above it are revealed (0: all of them; default: the preset's)")
@@ -116,8 +120,14 @@ func run() error {
 
 // load returns the model and its tokenizer: the checkpoint's, or the demo's.
 func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
-	if *modelDir == "" {
-		log.Printf("no -model given: running a tiny model with RANDOM weights built in memory; its text is noise")
+	if *random {
+		if *modelDir != "" {
+			return nil, nil, errors.New("-random and -model exclude each other")
+		}
+		log.Printf("-random: running a tiny model with RANDOM weights built in memory; its text is noise")
+		if *prompt == "" {
+			*prompt = "Once upon a time"
+		}
 		m, err := demo.Model(b)
 		if err != nil {
 			return nil, nil, err
@@ -128,6 +138,20 @@ func load(b compute.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
 		}
 		tok, err := demo.Tokenizer()
 		return m, tok, err
+	}
+	if *modelDir == "" {
+		dir, err := demomodel.Dir()
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Printf("no -model given: the demo model (%s)", dir)
+		*modelDir = dir
+		if *prompt == "" {
+			*prompt = demomodel.Prompt
+		}
+	}
+	if *prompt == "" {
+		*prompt = "Once upon a time"
 	}
 	tok, err := tokenizer.LoadDir(*modelDir)
 	if err != nil {
@@ -267,7 +291,14 @@ func decodeConfig() (diffusion.Config, error) {
 // decodeConfigGiven starts from the preset and applies the flags: -threshold when
 // given, the size flags when not 0. Values out of range are errors naming the flag.
 func decodeConfigGiven(given map[string]bool) (diffusion.Config, error) {
-	cfg, err := diffusion.Preset(*preset)
+	presets := diffusion.BuiltinPresets()
+	if *modelDir != "" {
+		var err error
+		if presets, err = diffusion.LoadPresets(*modelDir); err != nil {
+			return diffusion.Config{}, err
+		}
+	}
+	cfg, err := presets.Config(*preset)
 	if err != nil {
 		return cfg, fmt.Errorf("-preset: %w", err)
 	}

@@ -15,9 +15,18 @@ import (
 	"github.com/blockdiff/blockdiff/tokenizer"
 )
 
-// The README's first command: the demo model generates and prints its statistics.
+// The README's first command: the embedded demo model completes a Go function and
+// prints its statistics.
 func TestDemoRuns(t *testing.T) {
+	defer func(m int, d, p string) { *maxTokens, *modelDir, *prompt = m, d, p }(*maxTokens, *modelDir, *prompt)
 	*maxTokens = 16
+	require.NoError(t, run())
+}
+
+// -random runs the tiny random-weight model built in memory.
+func TestRandomRuns(t *testing.T) {
+	defer func(m int, r bool, p string) { *maxTokens, *random, *prompt = m, r, p }(*maxTokens, *random, *prompt)
+	*maxTokens, *random = 16, true
 	require.NoError(t, run())
 }
 
