@@ -3,8 +3,12 @@ package tokenizer
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/blockdiff/blockdiff/internal/fixtures"
 )
 
 // mixedText generates about n bytes of deterministic mixed text: English prose, CJK,
@@ -96,6 +100,28 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			for b.Loop() {
 				_ = f.tok.Decode(ids, false)
+			}
+		})
+	}
+}
+
+// BenchmarkLoad reads each fixture tokenizer from the bytes of its files.
+func BenchmarkLoad(b *testing.B) {
+	for _, dir := range fixtures.Subdirs(b, "tokenizers") {
+		tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(filepath.Base(dir), func(b *testing.B) {
+			b.SetBytes(int64(len(tj)))
+			for b.Loop() {
+				if _, err := FromBytes(tj, cfg); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
