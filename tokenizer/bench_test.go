@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ardanlabs/jinja"
+
 	"github.com/blockdiff/blockdiff/internal/fixtures"
 )
 
@@ -124,5 +126,44 @@ func BenchmarkLoad(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkChatTemplate renders each fixture's chat template for conversations of 10 and
+// 1,000 messages, under the budgets (guarded) and with the template engine alone (raw).
+func BenchmarkChatTemplate(b *testing.B) {
+	for _, f := range loadFixtures(b) {
+		if !f.tok.HasChatTemplate() {
+			continue
+		}
+		for _, n := range []int{10, 1000} {
+			msgs := make([]Message, n)
+			for i := range msgs {
+				role := "user"
+				if i%2 == 1 {
+					role = "assistant"
+				}
+				msgs[i] = Message{Role: role, Content: mixedText(200)}
+			}
+			opts := ChatOptions{AddGenerationPrompt: true}
+			b.Run(fmt.Sprintf("%s/%d/guarded", f.name, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := f.tok.ApplyChatTemplate(msgs, opts); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			raw, err := jinja.Compile(f.tok.config.ChatTemplate)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("%s/%d/raw", f.name, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := raw.RenderValues(f.tok.chatData(msgs, opts)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -98,6 +98,20 @@ func (t *Tokenizer) ApplyChatTemplateContext(ctx context.Context, messages []Mes
 	if err != nil {
 		return "", err
 	}
+	data := t.chatData(messages, opts)
+	l := opts.Limits
+	out, err := tmpl.Render(ctx, data, jinjaguard.Limits{
+		MaxIterations: l.MaxIterations, MaxDepth: l.MaxDepth, MaxOutputBytes: l.MaxOutputBytes,
+		MaxValueBytes: l.MaxValueBytes, MaxWorkBytes: l.MaxWorkBytes, Timeout: l.Timeout,
+	})
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: rendering chat template: %w", err)
+	}
+	return out, nil
+}
+
+// chatData is the data a chat template renders with.
+func (t *Tokenizer) chatData(messages []Message, opts ChatOptions) map[string]jinja.Value {
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		d := jinja.NewDict()
@@ -126,15 +140,7 @@ func (t *Tokenizer) ApplyChatTemplateContext(ctx context.Context, messages []Mes
 	for k, v := range opts.Vars {
 		data[k] = jinja.FromGoValue(v)
 	}
-	l := opts.Limits
-	out, err := tmpl.Render(ctx, data, jinjaguard.Limits{
-		MaxIterations: l.MaxIterations, MaxDepth: l.MaxDepth, MaxOutputBytes: l.MaxOutputBytes,
-		MaxValueBytes: l.MaxValueBytes, MaxWorkBytes: l.MaxWorkBytes, Timeout: l.Timeout,
-	})
-	if err != nil {
-		return "", fmt.Errorf("tokenizer: rendering chat template: %w", err)
-	}
-	return out, nil
+	return data
 }
 
 // EncodeChat renders messages with ApplyChatTemplate and encodes the result as transformers'

@@ -1,7 +1,10 @@
 package tokenizer
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -298,4 +301,37 @@ func TestWrongFieldTypesAreErrors(t *testing.T) {
 		require.ErrorContains(t, err, "tokenizer_config.json", cfg)
 		require.ErrorContains(t, err, want, cfg)
 	}
+}
+
+func TestLoadDirRefusesOddFiles(t *testing.T) {
+	tj := tinySpec{vocab: []string{"a"}}.json(t)
+	write := func(dir, name string, data []byte) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+	}
+	// A directory where a file should be.
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "tokenizer.json"), 0o755))
+	_, err := LoadDir(dir)
+	require.ErrorContains(t, err, "not a regular file")
+	// Files beyond their size bounds.
+	defer func(a, b, c int64) { maxTokenizerJSONBytes, maxConfigBytes, maxChatTemplateBytes = a, b, c }(maxTokenizerJSONBytes, maxConfigBytes, maxChatTemplateBytes)
+	maxTokenizerJSONBytes, maxConfigBytes, maxChatTemplateBytes = 1000, 100, 10
+	dir = t.TempDir()
+	write(dir, "tokenizer.json", append(tj, bytes.Repeat([]byte(" "), 1000)...))
+	_, err = LoadDir(dir)
+	require.ErrorContains(t, err, "more than the 1000")
+	_, err = Load(bytes.NewReader(append(tj, bytes.Repeat([]byte(" "), 1000)...)), nil)
+	require.ErrorContains(t, err, "more than the 1000")
+	write(dir, "tokenizer.json", tj)
+	write(dir, "tokenizer_config.json", bytes.Repeat([]byte(" "), 101))
+	_, err = LoadDir(dir)
+	require.ErrorContains(t, err, "tokenizer_config.json")
+	write(dir, "tokenizer_config.json", []byte("{}"))
+	write(dir, "chat_template.jinja", []byte("{{ messages }}"))
+	_, err = LoadDir(dir)
+	require.ErrorContains(t, err, "chat_template.jinja")
+	write(dir, "chat_template.jinja", []byte("{{ 1 }}"))
+	tok, err := LoadDir(dir)
+	require.NoError(t, err)
+	require.True(t, tok.HasChatTemplate())
 }

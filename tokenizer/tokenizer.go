@@ -43,12 +43,15 @@ type Tokenizer struct {
 
 // LoadDir loads tokenizer.json from dir, with tokenizer_config.json when present. When the
 // configuration has no chat template, a chat_template.jinja file in dir is used instead.
+// The files must be regular files (a FIFO is refused rather than waited on) of bounded
+// size: 1 GiB for tokenizer.json, 64 MiB for tokenizer_config.json, 1 MiB for
+// chat_template.jinja.
 func LoadDir(dir string) (*Tokenizer, error) {
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tj, err := readModelFile(filepath.Join(dir, "tokenizer.json"), maxTokenizerJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	cfg, err := readModelFile(filepath.Join(dir, "tokenizer_config.json"), maxConfigBytes)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("tokenizer: %w", err)
@@ -60,27 +63,31 @@ func LoadDir(dir string) (*Tokenizer, error) {
 		return nil, err
 	}
 	if t.config.ChatTemplate == "" {
-		if src, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		src, err := readModelFile(filepath.Join(dir, "chat_template.jinja"), maxChatTemplateBytes)
+		switch {
+		case err == nil:
 			t.config.ChatTemplate = string(src)
 			if t.config.ChatTemplates == nil {
 				t.config.ChatTemplates = map[string]string{}
 			}
 			t.config.ChatTemplates["default"] = string(src)
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 	}
 	return t, nil
 }
 
 // Load reads a tokenizer from the contents of tokenizer.json and, when config is not nil,
-// tokenizer_config.json.
+// tokenizer_config.json (at most 1 GiB and 64 MiB).
 func Load(tokenizerJSON, config io.Reader) (*Tokenizer, error) {
-	tj, err := io.ReadAll(tokenizerJSON)
+	tj, err := readAtMost(tokenizerJSON, maxTokenizerJSONBytes, "tokenizer.json")
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: reading tokenizer.json: %w", err)
 	}
 	var cfg []byte
 	if config != nil {
-		if cfg, err = io.ReadAll(config); err != nil {
+		if cfg, err = readAtMost(config, maxConfigBytes, "tokenizer_config.json"); err != nil {
 			return nil, fmt.Errorf("tokenizer: reading tokenizer_config.json: %w", err)
 		}
 	}

@@ -237,7 +237,11 @@ func (in *instrumenter) emitCall(e *expr) string {
 		callee := hookCallee + "((" + hookPreM + "(" + strings.Join(pre, ", ") + "))." + fn.text + ", " + name + ")"
 		return in.result(callee + "(" + argRefs(len(args), e.kw) + ")")
 	}
-	callee := hookCallee + "(" + in.emit(fn) + ", " + name + ")"
+	callee := in.emit(fn)
+	if fn.kind == eAttr && mutators[fn.text] {
+		callee = "(" + hookRecv + "(" + in.emit(fn.sub[0]) + "))." + fn.text
+	}
+	callee = hookCallee + "(" + callee + ", " + name + ")"
 	return in.result(callee + "(" + in.emitArgs(args, e.kw) + ")")
 }
 

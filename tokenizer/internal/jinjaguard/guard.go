@@ -102,6 +102,7 @@ func (t *Template) Render(ctx context.Context, data map[string]jinja.Value, lim 
 	vals := make(map[string]jinja.Value, len(data)+20)
 	for k, v := range data {
 		vals[k] = v
+		markData(r.data, v, 0)
 	}
 	r.bind(vals)
 	defer func() {
@@ -137,11 +138,22 @@ type render struct {
 
 	steps, depth, output, work int
 	stash                      [][]jinja.Value
+
+	// The lists and dicts of the caller's data, and the sizes measured of them. Templates
+	// measure the same messages again and again (messages|length in a loop over them);
+	// the sizes stay valid until a template changes a list or dict of the data, after which
+	// nothing is remembered any more.
+	data      map[any]bool
+	sizes     map[any]sizeEntry
+	dataMoved bool
 }
+
+type sizeEntry struct{ size, depth int }
 
 func newRender(ctx context.Context, lim Limits, sites []site) *render {
 	lim = lim.withDefaults()
-	r := &render{ctx: ctx, lim: lim, sites: sites, deadline: time.Now().Add(lim.Timeout)}
+	r := &render{ctx: ctx, lim: lim, sites: sites, deadline: time.Now().Add(lim.Timeout),
+		data: map[any]bool{}, sizes: map[any]sizeEntry{}}
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
 		r.deadline = d
 	}
@@ -208,7 +220,8 @@ func (r *render) bind(vals map[string]jinja.Value) {
 		hookOperand: r.hookOperand, hookResult: r.hookResult, hookOutput: r.hookOutput, hookIter: r.hookIter,
 		hookTick: r.hookTick, hookEnter: r.hookEnter, hookLeave: r.hookLeave, hookPre: r.hookPre,
 		hookPreM: r.hookPreMethod, hookArg: r.hookArg, hookArgLast: r.hookArgLast, hookFormat: r.hookFormat,
-		hookCallee: r.hookCallee, hookCallOut: r.hookCallOut, hookFBOut: r.hookOutput, "range": r.rangeFn,
+		hookCallee: r.hookCallee, hookCallOut: r.hookCallOut, hookFBOut: r.hookOutput, hookRecv: r.hookRecv,
+		hookMut: r.hookMut, "range": r.rangeFn,
 	}
 	for name, f := range hooks {
 		vals[name] = jinja.NewCallable(name, f)
@@ -408,6 +421,54 @@ func (r *render) hookArg(args []jinja.Value, _ map[string]jinja.Value) (jinja.Va
 		return jinja.Undefined(), r.fail(errors.New("chat template: internal error: argument hook index"))
 	}
 	return top[i], nil
+}
+
+// markData records the lists and dicts of v as the caller's data.
+func markData(data map[any]bool, v jinja.Value, depth int) {
+	if depth > maxValueDepth {
+		return
+	}
+	switch {
+	case v.IsList():
+		if data[v.AsList()] {
+			return
+		}
+		data[v.AsList()] = true
+		for _, it := range v.AsList().Items {
+			markData(data, it, depth+1)
+		}
+	case v.IsDict():
+		if data[v.AsDict()] {
+			return
+		}
+		data[v.AsDict()] = true
+		for _, k := range v.AsDict().Keys {
+			markData(data, v.AsDict().Data[k], depth+1)
+		}
+	}
+}
+
+// changes notes that v may be about to change.
+func (r *render) changes(v jinja.Value) {
+	if (v.IsList() && r.data[v.AsList()]) || (v.IsDict() && r.data[v.AsDict()]) {
+		r.dataMoved = true
+	}
+}
+
+// hookRecv hears of the receiver of a method that may change it.
+func (r *render) hookRecv(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	v := first(args)
+	r.changes(v)
+	return v, r.check()
+}
+
+// hookMut hears of an attribute about to be set on args[0]; it returns the value, args[1].
+func (r *render) hookMut(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 2 {
+		return first(args), r.fail(errors.New("chat template: internal error: mutation hook"))
+	}
+	r.changes(args[0])
+	return args[1], r.check()
 }
 
 // hookArgLast is hookArg for the last argument: it drops the kept arguments.

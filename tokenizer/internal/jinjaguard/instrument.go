@@ -52,7 +52,12 @@ const (
 	hookCallee  = reservedPrefix + "fn"      // (v, name): a value about to be called
 	hookCallOut = reservedPrefix + "callout" // (v): the callee of a call block, whose result is written out
 	hookFBOut   = reservedPrefix + "fbout"   // filter (v): the result of a filter block, written out
+	hookRecv    = reservedPrefix + "recv"    // (v): the receiver of a method that may change it
+	hookMut     = reservedPrefix + "mut"     // (ns, v): v is about to be set as an attribute of ns
 )
+
+// mutators are the methods of lists and dicts that change their receiver.
+var mutators = map[string]bool{"append": true, "pop": true, "insert": true, "update": true}
 
 // site describes a filter or method call whose arguments a pre hook checks.
 type site struct {
@@ -387,7 +392,13 @@ func (in *instrumenter) parseSet(seg segment, inLoop bool) error {
 	if err != nil {
 		return fmt.Errorf("line %d: set value: %w", seg.line, err)
 	}
-	in.stmt(seg, "set "+strings.TrimSpace(before)+" = "+in.emit(value))
+	target := strings.TrimSpace(before)
+	v := in.emit(value)
+	// Setting an attribute changes the namespace object: the mutation hook hears of it.
+	if ns, _, ok := strings.Cut(target, "."); ok && isIdentifier(ns) {
+		v = hookMut + "(" + ns + ", " + v + ")"
+	}
+	in.stmt(seg, "set "+target+" = "+v)
 	return nil
 }
 
@@ -544,6 +555,19 @@ func findKeyword(s, kw string) int {
 		}
 	}
 	return -1
+}
+
+// isIdentifier reports whether s is a name the expression syntax accepts.
+func isIdentifier(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isIdentChar(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // splitVars splits the variables of a for loop as the library does.

@@ -44,6 +44,9 @@ func mulSat(a, b int) int {
 // about Limits.MaxValueBytes steps.
 func (r *render) size(v jinja.Value, top bool) (int, error) {
 	z := sizer{limit: r.lim.MaxValueBytes}
+	if !r.dataMoved {
+		z.data, z.sizes = r.data, r.sizes
+	}
 	if err := z.walk(v, top); err != nil {
 		return 0, r.fail(err)
 	}
@@ -53,6 +56,10 @@ func (r *render) size(v jinja.Value, top bool) (int, error) {
 type sizer struct {
 	limit, n  int
 	ancestors []any
+	deepest   int // the deepest nesting seen
+	// Remembered sizes of the caller's data (nil: none).
+	data  map[any]bool
+	sizes map[any]sizeEntry
 }
 
 func (z *sizer) walk(v jinja.Value, top bool) error {
@@ -77,7 +84,20 @@ func (z *sizer) walk(v jinja.Value, top bool) error {
 		if len(z.ancestors) >= maxValueDepth {
 			return fmt.Errorf("%w: lists and dicts nested deeper than %d levels", ErrLimit, maxValueDepth)
 		}
+		cache := z.data != nil && z.data[id]
+		if cache {
+			if e, ok := z.sizes[id]; ok {
+				if len(z.ancestors)+e.depth > maxValueDepth {
+					return fmt.Errorf("%w: lists and dicts nested deeper than %d levels", ErrLimit, maxValueDepth)
+				}
+				z.n += e.size
+				z.deepest = max(z.deepest, len(z.ancestors)+e.depth)
+				break
+			}
+		}
+		start := z.n
 		z.ancestors = append(z.ancestors, id)
+		z.deepest = max(z.deepest, len(z.ancestors))
 		z.n += 2
 		if v.IsList() {
 			for _, it := range v.AsList().Items {
@@ -99,6 +119,9 @@ func (z *sizer) walk(v jinja.Value, top bool) error {
 			}
 		}
 		z.ancestors = z.ancestors[:len(z.ancestors)-1]
+		if cache {
+			z.sizes[id] = sizeEntry{size: z.n - start, depth: z.deepest - len(z.ancestors)}
+		}
 	case v.IsInt():
 		z.n += intLen(v.AsInt())
 	case v.IsFloat():
