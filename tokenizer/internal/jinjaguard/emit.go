@@ -31,11 +31,12 @@ func (in *instrumenter) emit(e *expr) string {
 		case "+", "*", "~":
 			return in.result("(" + in.operand(l) + " " + op + " " + in.operand(r) + ")")
 		case "%":
-			left := in.emit(l)
-			if !in.plain {
-				left = hookFormat + "(" + left + ")"
+			if in.plain {
+				return "(" + in.emit(l) + " % " + in.emit(r) + ")"
 			}
-			return in.result("(" + left + " % " + in.operand(r) + ")")
+			// The hook sees both operands (the format and its arguments decide the size of the
+			// result) and hands the right one back, evaluated once, in its place.
+			return in.result("(" + hookFormat + "(" + in.emit(l) + ", " + in.operand(r) + ") % " + hookArgLast + "(0))")
 		default: // comparisons, in, not in
 			return "(" + in.operand(l) + " " + op + " " + in.operand(r) + ")"
 		}
@@ -242,8 +243,26 @@ func (in *instrumenter) emitCall(e *expr) string {
 		callee = "(" + hookRecv + "(" + in.emit(fn.sub[0]) + "))." + fn.text
 	}
 	callee = hookCallee + "(" + callee + ", " + name + ")"
-	return in.result(callee + "(" + in.emitArgs(args, e.kw) + ")")
+	argList := in.emitArgs(args, e.kw)
+	if fn.kind == eName && iterates[fn.text] {
+		// These iterate their positional arguments, a string character by character: the
+		// iteration hook bounds that first.
+		parts := make([]string, 0, len(args)+1)
+		for _, a := range args {
+			parts = append(parts, hookIter+"("+in.operand(a)+")")
+		}
+		if kw := in.emitArgs(nil, e.kw); kw != "" {
+			parts = append(parts, kw)
+		}
+		argList = strings.Join(parts, ", ")
+	}
+	return in.result(callee + "(" + argList + ")")
 }
+
+// iterates are the globals that iterate their positional arguments: dict and namespace
+// build a dict from an iterable of pairs, and loop (in a recursive for) runs the loop over
+// its argument.
+var iterates = map[string]bool{"dict": true, "namespace": true, "loop": true}
 
 // emitArgs emits call arguments, each checked as an operand.
 func (in *instrumenter) emitArgs(args []*expr, kw []kwarg) string {

@@ -96,6 +96,9 @@ const maxErrorBytes = 4096
 // reports them. A panic inside the library becomes an error.
 func (t *Template) Render(ctx context.Context, data map[string]jinja.Value, lim Limits) (out string, err error) {
 	r := newRender(ctx, lim, t.sites)
+	if err := r.check(); err != nil {
+		return "", err
+	}
 	if err := r.addOutput(t.text); err != nil {
 		return "", err
 	}
@@ -152,12 +155,8 @@ type sizeEntry struct{ size, depth int }
 
 func newRender(ctx context.Context, lim Limits, sites []site) *render {
 	lim = lim.withDefaults()
-	r := &render{ctx: ctx, lim: lim, sites: sites, deadline: time.Now().Add(lim.Timeout),
+	return &render{ctx: ctx, lim: lim, sites: sites, deadline: time.Now().Add(lim.Timeout),
 		data: map[any]bool{}, sizes: map[any]sizeEntry{}}
-	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
-		r.deadline = d
-	}
-	return r
 }
 
 // fail records err as the outcome of the render and returns it.
@@ -184,7 +183,7 @@ func (r *render) check() error {
 	default:
 	}
 	if time.Now().After(r.deadline) {
-		return r.limit("rendering took longer than %v (Limits.Timeout or the context's deadline)", r.lim.Timeout)
+		return r.limit("rendering took longer than %v (Limits.Timeout)", r.lim.Timeout)
 	}
 	return nil
 }
@@ -480,27 +479,54 @@ func (r *render) hookArgLast(args []jinja.Value, kw map[string]jinja.Value) (jin
 	return v, err
 }
 
-// hookFormat checks the left operand of %: a format string's widths and precisions decide
-// how long the result is.
+// hookFormat checks the operands of %, args[0] the format and args[1] its arguments: the
+// format's widths and precisions and the arguments decide how long the result is. It
+// returns the format and keeps the arguments for the right side of % to read back.
 func (r *render) hookFormat(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-	v := first(args)
+	if len(args) != 2 {
+		return first(args), r.fail(errors.New("chat template: internal error: format hook"))
+	}
+	f, vals := args[0], args[1]
 	if err := r.check(); err != nil {
-		return v, err
+		return f, err
 	}
-	if _, err := r.size(v, false); err != nil {
-		return v, err
+	if _, err := r.size(f, false); err != nil {
+		return f, err
 	}
-	if !v.IsString() {
-		return v, nil
+	r.stash = append(r.stash, []jinja.Value{vals})
+	if !f.IsString() {
+		return f, nil
 	}
-	n, err := formatSize(v.AsString())
+	n, err := formatSize(f.AsString())
 	if err != nil {
-		return v, r.fail(err)
+		return f, r.fail(err)
+	}
+	items := []jinja.Value{vals}
+	if vals.IsList() {
+		// A tuple spreads over the conversions; anything else is one argument, which Go's
+		// formatting prints shallowly (nested lists as addresses).
+		items = vals.AsList().Items
+	}
+	for _, it := range items {
+		n = addSat(n, formatArgSize(it))
 	}
 	if n > r.lim.MaxValueBytes {
-		return v, r.limit("a %% format would pad to about %d bytes, more than %d (Limits.MaxValueBytes)", n, r.lim.MaxValueBytes)
+		return f, r.limit("a %% format would make about %d bytes, more than %d (Limits.MaxValueBytes)", n, r.lim.MaxValueBytes)
 	}
-	return v, nil
+	return f, nil
+}
+
+// formatArgSize bounds what Go's formatting prints for one argument of %.
+func formatArgSize(v jinja.Value) int {
+	switch {
+	case v.IsString():
+		return len(v.AsString())
+	case v.IsList():
+		return 64 * (v.AsList().Len() + 1)
+	case v.IsDict():
+		return 64 * (v.AsDict().Len() + 1)
+	}
+	return 64
 }
 
 // hookCallee checks a value about to be called, reporting one that cannot be called as
