@@ -127,6 +127,18 @@ func FuzzLoad(f *testing.F) {
 	for _, s := range specs {
 		f.Add(s.json(f), []byte(`{"bos_token": "<s>", "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}`))
 	}
+	// Small files, so that most mutations still reach the component parsers.
+	for _, c := range []string{
+		`"normalizer":{"type":"Replace","pattern":{"Regex":"a+"},"content":"bb"}`,
+		`"normalizer":{"type":"Sequence","normalizers":[{"type":"NFKC"},{"type":"Lowercase"},{"type":"Strip"},{"type":"Prepend","prepend":"_"}]}`,
+		`"pre_tokenizer":{"type":"Split","pattern":{"String":"b"},"behavior":"Contiguous","invert":true}`,
+		`"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Whitespace"},{"type":"Punctuation"},{"type":"ByteLevel","use_regex":true}]}`,
+		`"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"Regex":"b"},"content":"a"},{"type":"Metaspace"},{"type":"BPEDecoder"}]}`,
+		`"post_processor":{"type":"RobertaProcessing","sep":["b",1],"cls":["a",0]}`,
+		`"added_tokens":[{"id":3,"content":"ab!","special":true,"rstrip":true},{"id":4,"content":"ba","normalized":true}]`,
+	} {
+		f.Add([]byte(`{"model":{"vocab":{"a":0,"b":1,"ab":2},"merges":["a b"],"unk_token":"a"},`+c+`}`), []byte(`{"eos_token":{"content":"ab!"}}`))
+	}
 	f.Add(tokenizerWithNormalizer(nestedNormalizer(20)), []byte(nil))
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[],"x":[[[[1]]]]},"added_tokens":[{"id":3,"content":"a"}]}`), []byte(`{"chat_template":[{"name":"default","template":"{{ range(5)|list }}"}]}`))
 	f.Fuzz(func(t *testing.T, tj, cfg []byte) {
