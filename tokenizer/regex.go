@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -80,8 +80,7 @@ const maxRegexTiers = 16
 // text with the first tier whose allowance covers the text's length.
 type regexMatcher struct {
 	expr  string
-	mu    sync.Mutex
-	tiers [maxRegexTiers]*regexp2.Regexp
+	tiers [maxRegexTiers]atomic.Pointer[regexp2.Regexp]
 }
 
 // regex returns the compiled copy for a text of n characters and its timeout.
@@ -93,17 +92,17 @@ func (m *regexMatcher) regex(n int) (*regexp2.Regexp, time.Duration, error) {
 		tier++
 	}
 	timeout := base << tier
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.tiers[tier] == nil {
-		re, err := regexp2.Compile(m.expr, regexp2.OptionMaxBacktrackingStackSize(-1))
-		if err != nil {
-			return nil, 0, fmt.Errorf("tokenizer: compiling regex %s: %w", quotePattern(m.expr), err)
-		}
-		re.MatchTimeout = timeout
-		m.tiers[tier] = re
+	if re := m.tiers[tier].Load(); re != nil {
+		return re, timeout, nil
 	}
-	return m.tiers[tier], timeout, nil
+	re, err := regexp2.Compile(m.expr, regexp2.OptionMaxBacktrackingStackSize(-1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("tokenizer: compiling regex %s: %w", quotePattern(m.expr), err)
+	}
+	re.MatchTimeout = timeout
+	// Two callers may compile the same tier at once; both copies work, one is kept.
+	m.tiers[tier].CompareAndSwap(nil, re)
+	return m.tiers[tier].Load(), timeout, nil
 }
 
 func (m *regexMatcher) findAll(s string, fn func(start, end int) error) error {
