@@ -69,5 +69,6 @@
 // template that would run out of memory or stack, or never end, fails with an error wrapping
 // ErrChatLimit instead (see the internal package jinjaguard). The rewritten template renders
 // exactly what the original does: FuzzChatTemplate checks this against the template engine
-// alone. FuzzLoad and FuzzChatTemplate each ran 10^6 executions without a failure.
+// alone. FuzzLoad and FuzzChatTemplate each ran 10^6 executions without a failure (in
+// about 3 and 2 minutes, one worker on two shared cores).
 package tokenizer
