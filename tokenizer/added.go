@@ -1,7 +1,7 @@
 package tokenizer
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -44,37 +44,51 @@ type segment struct {
 	atStart bool
 }
 
-func parseAddedTokens(raw json.RawMessage, n normalizer) (*addedVocab, error) {
+func parseAddedTokens(v any, n normalizer) (*addedVocab, error) {
 	av := &addedVocab{byID: map[int]*AddedToken{}, byContent: map[string]int{}, decodeAs: map[int]string{}}
-	if !isNull(raw) {
-		var list []struct {
-			ID         *int   `json:"id"`
-			Content    string `json:"content"`
-			SingleWord bool   `json:"single_word"`
-			LStrip     bool   `json:"lstrip"`
-			RStrip     bool   `json:"rstrip"`
-			Normalized *bool  `json:"normalized"`
-			Special    bool   `json:"special"`
+	var list []any
+	if v != nil {
+		var ok bool
+		if list, ok = v.([]any); !ok {
+			return nil, fmt.Errorf("added_tokens: want an array, got %s", jsonKind(v))
 		}
-		if err := json.Unmarshal(raw, &list); err != nil {
-			return nil, fmt.Errorf("added_tokens: %w", err)
+	}
+	for i, it := range list {
+		o, err := asObject(it)
+		if err == nil && o == nil {
+			err = errors.New("want an object, got null")
 		}
-		for _, t := range list {
-			if t.ID == nil || *t.ID < 0 {
-				return nil, fmt.Errorf("added_tokens: token %q has no valid id", t.Content)
-			}
-			if t.Content == "" {
-				continue
-			}
-			normalized := !t.Special
-			if t.Normalized != nil {
-				normalized = *t.Normalized
-			}
-			av.tokens = append(av.tokens, AddedToken{
-				ID: *t.ID, Content: t.Content, SingleWord: t.SingleWord,
-				LStrip: t.LStrip, RStrip: t.RStrip, Normalized: normalized, Special: t.Special,
-			})
+		if err != nil {
+			return nil, fmt.Errorf("added_tokens: entry %d: %w", i, err)
 		}
+		t := AddedToken{}
+		if t.Content, err = o.str("content", ""); err != nil {
+			return nil, fmt.Errorf("added_tokens: entry %d: %w", i, err)
+		}
+		if o["id"] == nil {
+			return nil, fmt.Errorf("added_tokens: token %q has no valid id", t.Content)
+		}
+		if t.ID, err = o.integer("id", -1); err != nil || t.ID < 0 || t.ID > maxTokenID {
+			return nil, fmt.Errorf("added_tokens: token %q has no valid id (want an integer in [0, %d])", t.Content, maxTokenID)
+		}
+		for _, f := range []struct {
+			key string
+			dst *bool
+		}{{"single_word", &t.SingleWord}, {"lstrip", &t.LStrip}, {"rstrip", &t.RStrip}, {"special", &t.Special}} {
+			if *f.dst, err = o.boolean(f.key, false); err != nil {
+				return nil, fmt.Errorf("added_tokens: token %q: %w", t.Content, err)
+			}
+		}
+		if t.Normalized, err = o.boolean("normalized", !t.Special); err != nil {
+			return nil, fmt.Errorf("added_tokens: token %q: %w", t.Content, err)
+		}
+		if t.Content == "" {
+			continue
+		}
+		if len(t.Content) > maxAddedTokenBytes {
+			return nil, fmt.Errorf("added_tokens: token %d has %d bytes of content, more than the %d allowed", t.ID, len(t.Content), maxAddedTokenBytes)
+		}
+		av.tokens = append(av.tokens, t)
 	}
 	av.raw, av.norm = newTokenTrie(), newTokenTrie()
 	for i := range av.tokens {
@@ -82,6 +96,11 @@ func parseAddedTokens(raw json.RawMessage, n normalizer) (*addedVocab, error) {
 		av.byID[t.ID] = t
 		av.byContent[t.Content] = t.ID
 	}
+	total := 0
+	for _, t := range av.tokens {
+		total += len(t.Content)
+	}
+	budget := newGrowthBudget(total)
 	for i := range av.tokens {
 		t := &av.tokens[i]
 		if av.byID[t.ID] != t {
@@ -92,8 +111,11 @@ func parseAddedTokens(raw json.RawMessage, n normalizer) (*addedVocab, error) {
 			pat := t.Content
 			if n != nil {
 				var err error
-				if pat, err = n.normalize(pat); err != nil {
-					return nil, err
+				if pat, err = normalizeText(n, pat, budget); err != nil {
+					return nil, fmt.Errorf("added_tokens: normalizing %q: %w", t.Content, err)
+				}
+				if len(pat) > maxNormalizedAddedTokenBytes {
+					return nil, fmt.Errorf("added_tokens: token %d normalizes to %d bytes, more than the %d allowed", t.ID, len(pat), maxNormalizedAddedTokenBytes)
 				}
 			}
 			av.norm.add(pat, t)
@@ -172,37 +194,62 @@ func isRegexWordChar(r rune) bool {
 	return unicode.IsLetter(r) || unicode.In(r, unicode.Nl, unicode.Other_Alphabetic, unicode.M, unicode.Nd, unicode.Pc, unicode.Join_Control)
 }
 
-// tokenTrie finds, at a position of a text, the longest added token starting there.
+// maxAddedTokenBytes bounds the content of an added token. Finding added tokens in a text
+// costs up to this many steps per byte of text; real added tokens are a few dozen bytes.
+const maxAddedTokenBytes = 256
+
+// maxNormalizedAddedTokenBytes bounds the normalized form of an added token, which is what is
+// looked for in normalized text (normalizers expand text a few times at most).
+const maxNormalizedAddedTokenBytes = 4 * maxAddedTokenBytes
+
+// tokenTrie finds, at a position of a text, the longest added token starting there. It is a
+// radix tree: each edge holds a run of bytes (a substring of a token's content), so its size
+// is proportional to the number of tokens, not to the bytes of their contents.
 type tokenTrie struct {
 	first [256]bool // bytes that start some token
 	root  *trieNode
 }
 
 type trieNode struct {
-	next map[byte]*trieNode
+	next map[byte]*trieEdge // keyed by the first byte of the edge's label
 	tok  *AddedToken
+}
+
+type trieEdge struct {
+	label string // non-empty
+	node  *trieNode
 }
 
 func newTokenTrie() *tokenTrie { return &tokenTrie{root: &trieNode{}} }
 
 func (t *tokenTrie) empty() bool { return len(t.root.next) == 0 }
 
+// add inserts s; when s is already present, the token added first keeps it.
 func (t *tokenTrie) add(s string, tok *AddedToken) {
 	if s == "" {
 		return
 	}
 	t.first[s[0]] = true
 	n := t.root
-	for i := 0; i < len(s); i++ {
+	for s != "" {
 		if n.next == nil {
-			n.next = map[byte]*trieNode{}
+			n.next = map[byte]*trieEdge{}
 		}
-		c, ok := n.next[s[i]]
-		if !ok {
-			c = &trieNode{}
-			n.next[s[i]] = c
+		e := n.next[s[0]]
+		if e == nil {
+			n.next[s[0]] = &trieEdge{label: s, node: &trieNode{tok: tok}}
+			return
 		}
-		n = c
+		k := 0
+		for k < len(e.label) && k < len(s) && e.label[k] == s[k] {
+			k++
+		}
+		if k < len(e.label) {
+			// Split the edge where s leaves it.
+			mid := &trieNode{next: map[byte]*trieEdge{e.label[k]: {label: e.label[k:], node: e.node}}}
+			e.label, e.node = e.label[:k], mid
+		}
+		n, s = e.node, s[k:]
 	}
 	if n.tok == nil {
 		n.tok = tok
@@ -216,15 +263,15 @@ func (t *tokenTrie) longestAt(s string, i int) (*AddedToken, int) {
 	}
 	var best *AddedToken
 	end := 0
-	n := t.root
-	for j := i; j < len(s); j++ {
-		c, ok := n.next[s[j]]
-		if !ok {
+	n, j := t.root, i
+	for j < len(s) {
+		e := n.next[s[j]]
+		if e == nil || !strings.HasPrefix(s[j:], e.label) {
 			break
 		}
-		n = c
+		n, j = e.node, j+len(e.label)
 		if n.tok != nil {
-			best, end = n.tok, j+1
+			best, end = n.tok, j
 		}
 	}
 	return best, end

@@ -3,8 +3,14 @@ package tokenizer
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
+
+	"github.com/blockdiff/blockdiff/internal/fixtures"
 )
 
 // mixedText generates about n bytes of deterministic mixed text: English prose, CJK,
@@ -98,5 +104,66 @@ func BenchmarkDecode(b *testing.B) {
 				_ = f.tok.Decode(ids, false)
 			}
 		})
+	}
+}
+
+// BenchmarkLoad reads each fixture tokenizer from the bytes of its files.
+func BenchmarkLoad(b *testing.B) {
+	for _, dir := range fixtures.Subdirs(b, "tokenizers") {
+		tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(filepath.Base(dir), func(b *testing.B) {
+			b.SetBytes(int64(len(tj)))
+			for b.Loop() {
+				if _, err := FromBytes(tj, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkChatTemplate renders each fixture's chat template for conversations of 10 and
+// 1,000 messages, under the budgets (guarded) and with the template engine alone (raw).
+func BenchmarkChatTemplate(b *testing.B) {
+	for _, f := range loadFixtures(b) {
+		if !f.tok.HasChatTemplate() {
+			continue
+		}
+		for _, n := range []int{10, 1000} {
+			msgs := make([]Message, n)
+			for i := range msgs {
+				role := "user"
+				if i%2 == 1 {
+					role = "assistant"
+				}
+				msgs[i] = Message{Role: role, Content: mixedText(200)}
+			}
+			opts := ChatOptions{AddGenerationPrompt: true}
+			b.Run(fmt.Sprintf("%s/%d/guarded", f.name, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := f.tok.ApplyChatTemplate(msgs, opts); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			raw, err := jinja.Compile(f.tok.config.ChatTemplate)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("%s/%d/raw", f.name, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := raw.RenderValues(f.tok.chatData(msgs, opts)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -1,12 +1,16 @@
 package tokenizer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/blockdiff/blockdiff/tokenizer/internal/jinjaguard"
 )
 
 // ErrNoChatTemplate is returned when a chat template is requested but the tokenizer has none.
@@ -23,6 +27,40 @@ type Message struct {
 	Extra map[string]any
 }
 
+// ErrChatLimit is wrapped by the error of a chat template render that exceeded one of its
+// ChatLimits.
+var ErrChatLimit = jinjaguard.ErrLimit
+
+// ErrChatTemplateRefused is wrapped by the error for a chat template refused before it
+// runs: one larger than 1 MiB, nested more than 200 levels deep, with break outside a
+// loop, or with a shape that would make the template engine's parser do quadratic work.
+var ErrChatTemplateRefused = jinjaguard.ErrTemplate
+
+// ChatLimits bounds the work of rendering a chat template. The template comes from the
+// model folder and is untrusted: without bounds, a loop over range(10**9), a
+// self-recursive macro or a string doubled in a loop would exhaust the memory or the
+// stack of the process, or never end. A zero field takes its default; each breach fails
+// the render with an error wrapping ErrChatLimit that names the field.
+type ChatLimits struct {
+	// MaxIterations bounds the loop iterations plus macro calls (default 1,000,000), and
+	// the length of a list made by range.
+	MaxIterations int
+	// MaxDepth bounds the nesting of macro calls and of recursive loops (default 100).
+	MaxDepth int
+	// MaxOutputBytes bounds the rendered prompt, counting what macros write before it is
+	// used (default 16 MiB).
+	MaxOutputBytes int
+	// MaxValueBytes bounds any one value the template handles, measured as the text it
+	// prints as (default 16 MiB). Messages count too: one larger than this cannot be
+	// rendered.
+	MaxValueBytes int
+	// MaxWorkBytes bounds the bytes of all the values the template creates (default 1 GiB).
+	MaxWorkBytes int
+	// Timeout bounds the wall time of the render (default 10 s); the context's deadline
+	// applies as well.
+	Timeout time.Duration
+}
+
 // ChatOptions controls ApplyChatTemplate.
 type ChatOptions struct {
 	// AddGenerationPrompt appends the text that opens the assistant's turn.
@@ -33,12 +71,14 @@ type ChatOptions struct {
 	// value types as Message.Extra. They override the defaults (tools and documents are
 	// None, the special tokens are strings).
 	Vars map[string]any
+	// Limits bounds the render (zero fields take their defaults).
+	Limits ChatLimits
 }
 
 // chatTemplates compiles each template once, on first use.
 type chatTemplates struct {
 	mu       sync.Mutex
-	compiled map[string]*jinja.Template
+	compiled map[string]*jinjaguard.Template
 }
 
 // ApplyChatTemplate renders messages with the Jinja chat template from tokenizer_config.json,
@@ -46,12 +86,32 @@ type chatTemplates struct {
 // add_generation_prompt, tools and documents (None unless given in Vars), the special tokens
 // (bos_token, eos_token, unk_token, pad_token, ... and additional_special_tokens) and
 // raise_exception / strftime_now. It fails with ErrNoChatTemplate when the tokenizer has
-// no template.
+// no template. The template is untrusted: it renders under opts.Limits (see ChatLimits).
 func (t *Tokenizer) ApplyChatTemplate(messages []Message, opts ChatOptions) (string, error) {
+	return t.ApplyChatTemplateContext(context.Background(), messages, opts)
+}
+
+// ApplyChatTemplateContext is ApplyChatTemplate that stops when ctx ends, with an error
+// wrapping the context's error.
+func (t *Tokenizer) ApplyChatTemplateContext(ctx context.Context, messages []Message, opts ChatOptions) (string, error) {
 	tmpl, err := t.chatTemplate(opts.Template)
 	if err != nil {
 		return "", err
 	}
+	data := t.chatData(messages, opts)
+	l := opts.Limits
+	out, err := tmpl.Render(ctx, data, jinjaguard.Limits{
+		MaxIterations: l.MaxIterations, MaxDepth: l.MaxDepth, MaxOutputBytes: l.MaxOutputBytes,
+		MaxValueBytes: l.MaxValueBytes, MaxWorkBytes: l.MaxWorkBytes, Timeout: l.Timeout,
+	})
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: rendering chat template: %w", err)
+	}
+	return out, nil
+}
+
+// chatData is the data a chat template renders with.
+func (t *Tokenizer) chatData(messages []Message, opts ChatOptions) map[string]jinja.Value {
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		d := jinja.NewDict()
@@ -80,11 +140,7 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, opts ChatOptions) (str
 	for k, v := range opts.Vars {
 		data[k] = jinja.FromGoValue(v)
 	}
-	out, err := tmpl.RenderValues(data)
-	if err != nil {
-		return "", fmt.Errorf("tokenizer: rendering chat template: %w", err)
-	}
-	return out, nil
+	return data
 }
 
 // EncodeChat renders messages with ApplyChatTemplate and encodes the result as transformers'
@@ -97,9 +153,18 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, opts ChatOptions) (str
 // transformers. To keep untrusted text from injecting control tokens, check it first (for
 // example with ContainsSpecialToken) or encode the prompt pieces yourself.
 func (t *Tokenizer) EncodeChat(messages []Message, opts ChatOptions) ([]int, error) {
-	prompt, err := t.ApplyChatTemplate(messages, opts)
+	return t.EncodeChatContext(context.Background(), messages, opts)
+}
+
+// EncodeChatContext is EncodeChat that stops when ctx ends, with an error wrapping the
+// context's error.
+func (t *Tokenizer) EncodeChatContext(ctx context.Context, messages []Message, opts ChatOptions) ([]int, error) {
+	prompt, err := t.ApplyChatTemplateContext(ctx, messages, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("tokenizer: encoding chat: %w", err)
 	}
 	return t.EncodeWith(prompt, EncodeOptions{ParseSpecialTokens: true})
 }
@@ -107,7 +172,7 @@ func (t *Tokenizer) EncodeChat(messages []Message, opts ChatOptions) ([]int, err
 // HasChatTemplate reports whether the tokenizer has a default chat template.
 func (t *Tokenizer) HasChatTemplate() bool { return t.config.ChatTemplate != "" }
 
-func (t *Tokenizer) chatTemplate(name string) (*jinja.Template, error) {
+func (t *Tokenizer) chatTemplate(name string) (*jinjaguard.Template, error) {
 	src := t.config.ChatTemplate
 	key := "default"
 	if name != "" {
@@ -125,12 +190,12 @@ func (t *Tokenizer) chatTemplate(name string) (*jinja.Template, error) {
 	if tmpl, ok := t.templates.compiled[key]; ok {
 		return tmpl, nil
 	}
-	tmpl, err := jinja.Compile(src)
+	tmpl, err := jinjaguard.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: compiling chat template: %w", err)
 	}
 	if t.templates.compiled == nil {
-		t.templates.compiled = map[string]*jinja.Template{}
+		t.templates.compiled = map[string]*jinjaguard.Template{}
 	}
 	t.templates.compiled[key] = tmpl
 	return tmpl, nil

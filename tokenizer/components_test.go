@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -142,9 +141,9 @@ func TestNormalizers(t *testing.T) {
 		{`{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}`, " a b", "▁▁a▁b"},
 	}
 	for _, c := range cases {
-		n, err := parseNormalizer(json.RawMessage(c.desc))
+		n, err := parseNormalizer(jsonValue(t, c.desc))
 		require.NoError(t, err, c.desc)
-		got, err := n.normalize(c.in)
+		got, err := normalizeText(n, c.in, newGrowthBudget(len(c.in)))
 		require.NoError(t, err)
 		require.Equal(t, c.want, got, c.desc)
 	}

@@ -1,7 +1,7 @@
 package tokenizer
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -31,8 +31,15 @@ type Config struct {
 // parseConfig reads tokenizer_config.json.
 func parseConfig(data []byte) (Config, error) {
 	var c Config
-	var o object
-	if err := json.Unmarshal(data, &o); err != nil {
+	var top any
+	if err := decodeJSON(data, &top); err != nil {
+		return c, fmt.Errorf("tokenizer_config.json: %w", err)
+	}
+	o, err := asObject(top)
+	if err == nil && o == nil {
+		err = errors.New("want an object, got null")
+	}
+	if err != nil {
 		return c, fmt.Errorf("tokenizer_config.json: %w", err)
 	}
 	fields := []struct {
@@ -50,10 +57,10 @@ func parseConfig(data []byte) (Config, error) {
 		}
 		*f.dst = s
 	}
-	if raw := o["additional_special_tokens"]; !isNull(raw) {
-		var list []json.RawMessage
-		if err := json.Unmarshal(raw, &list); err != nil {
-			return c, fmt.Errorf("tokenizer_config.json: field \"additional_special_tokens\": %w", err)
+	if o.has("additional_special_tokens") {
+		list, err := o.list("additional_special_tokens")
+		if err != nil {
+			return c, fmt.Errorf("tokenizer_config.json: %w", err)
 		}
 		for _, it := range list {
 			s, err := tokenContent(it)
@@ -75,29 +82,37 @@ func parseConfig(data []byte) (Config, error) {
 			*f.dst = &b
 		}
 	}
-	var err error
 	if c.CleanUpTokenizationSpaces, err = o.boolean("clean_up_tokenization_spaces", false); err != nil {
 		return c, fmt.Errorf("tokenizer_config.json: %w", err)
 	}
 	if c.TokenizerClass, err = o.str("tokenizer_class", ""); err != nil {
 		return c, fmt.Errorf("tokenizer_config.json: %w", err)
 	}
-	if raw := o["chat_template"]; !isNull(raw) {
+	if v := o["chat_template"]; v != nil {
 		c.ChatTemplates = map[string]string{}
-		var s string
-		if err := json.Unmarshal(raw, &s); err == nil {
-			c.ChatTemplates["default"] = s
-		} else {
-			var named []struct {
-				Name     string `json:"name"`
-				Template string `json:"template"`
+		switch v := v.(type) {
+		case string:
+			c.ChatTemplates["default"] = v
+		case []any:
+			for i, it := range v {
+				n, err := asObject(it)
+				if err == nil && n == nil {
+					err = errors.New("want an object, got null")
+				}
+				var name, tmpl string
+				if err == nil {
+					name, err = n.str("name", "")
+				}
+				if err == nil {
+					tmpl, err = n.str("template", "")
+				}
+				if err != nil {
+					return c, fmt.Errorf("tokenizer_config.json: field \"chat_template\": entry %d: %w", i, err)
+				}
+				c.ChatTemplates[name] = tmpl
 			}
-			if err := json.Unmarshal(raw, &named); err != nil {
-				return c, fmt.Errorf("tokenizer_config.json: field \"chat_template\": want a string or a list of {name, template}: %w", err)
-			}
-			for _, n := range named {
-				c.ChatTemplates[n.Name] = n.Template
-			}
+		default:
+			return c, fmt.Errorf("tokenizer_config.json: field \"chat_template\": want a string or a list of {name, template}, got %s", jsonKind(v))
 		}
 		c.ChatTemplate = c.ChatTemplates["default"]
 		if c.ChatTemplate == "" && len(c.ChatTemplates) == 1 {
@@ -110,21 +125,16 @@ func parseConfig(data []byte) (Config, error) {
 }
 
 // tokenContent reads a special token written as a string, as {"content": ...}, or as null.
-func tokenContent(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
+func tokenContent(v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
 		return "", nil
+	case string:
+		return v, nil
+	case map[string]any:
+		return object(v).str("content", "")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var t struct {
-		Content string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &t); err != nil {
-		return "", fmt.Errorf("want a string or an object with \"content\": %w", err)
-	}
-	return t.Content, nil
+	return "", fmt.Errorf("want a string or an object with \"content\", got %s", jsonKind(v))
 }
 
 // specialTokenVars returns the template variables transformers passes for the special tokens

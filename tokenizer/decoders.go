@@ -1,9 +1,10 @@
 package tokenizer
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -33,16 +34,31 @@ type stage interface {
 	flush(out []chunk) []chunk
 }
 
-// decoderSpec is a decoder from tokenizer.json; it makes a fresh stage for each decode.
+// decoderSpec is a decoder from tokenizer.json; it makes a fresh stage for each decode,
+// which reports its errors to r.
 type decoderSpec interface {
-	newStage() stage
+	newStage(r *decodeReport) stage
+}
+
+// decodeReport keeps the first error of a decode. Decoding cannot fail as such: a decoder
+// step that fails (a Replace whose regex exceeds its match budget, or whose content would
+// grow a token beyond its limit) leaves its token as it was and records why.
+type decodeReport struct{ err error }
+
+func (r *decodeReport) add(err error) {
+	if r != nil && r.err == nil {
+		r.err = err
+	}
 }
 
 // parseDecoder builds a decoder from its JSON description; null gives nil.
-func parseDecoder(raw json.RawMessage) (decoderSpec, error) {
-	o, err := parseObject(raw)
-	if err != nil || o == nil {
-		return nil, err
+func parseDecoder(v any) (decoderSpec, error) {
+	o, err := asObject(v)
+	if err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+	if o == nil {
+		return nil, nil
 	}
 	typ := o.typeName()
 	wrap := func(err error) error { return fmt.Errorf("decoder %s: %w", typ, err) }
@@ -71,10 +87,21 @@ func parseDecoder(raw json.RawMessage) (decoderSpec, error) {
 		} else {
 			m = literalMatcher(p.literal)
 		}
-		return wholeTokenDecoder(func() func(string) []string {
+		// A regex that exceeded its match budget once is not run again: each later token
+		// would wait as long.
+		var tripped atomic.Bool
+		return wholeTokenDecoder(func(r *decodeReport) func(string) []string {
 			return func(tok string) []string {
-				s, err := replaceAll(tok, m, content)
+				if tripped.Load() {
+					r.add(fmt.Errorf("%w: decoder Replace: the pattern exceeded its match budget before", ErrRegexBudget))
+					return []string{tok}
+				}
+				s, err := replaceAll(tok, m, content, decodedLimit(len(tok)))
 				if err != nil {
+					if errors.Is(err, ErrRegexBudget) {
+						tripped.Store(true)
+					}
+					r.add(fmt.Errorf("decoder Replace: %w", err))
 					s = tok
 				}
 				return []string{s}
@@ -118,7 +145,7 @@ func parseDecoder(raw json.RawMessage) (decoderSpec, error) {
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return wholeTokenDecoder(func() func(string) []string {
+		return wholeTokenDecoder(func(*decodeReport) func(string) []string {
 			first := true
 			return func(tok string) []string {
 				if !first {
@@ -158,10 +185,10 @@ func cleanupSpaces(s string) string {
 // seqDecoder runs decoders one after the other.
 type seqDecoder []decoderSpec
 
-func (s seqDecoder) newStage() stage {
+func (s seqDecoder) newStage(r *decodeReport) stage {
 	st := &seqStage{stages: make([]stage, len(s)), bufs: make([][]chunk, len(s))}
 	for i, d := range s {
-		st.stages[i] = d.newStage()
+		st.stages[i] = d.newStage(r)
 	}
 	return st
 }
@@ -201,9 +228,12 @@ func (s *seqStage) flush(out []chunk) []chunk {
 
 // wholeTokenDecoder applies a function to each complete token. The function may keep state
 // across tokens (it is made fresh for each decode).
-type wholeTokenDecoder func() func(string) []string
+type wholeTokenDecoder func(*decodeReport) func(string) []string
 
-func (w wholeTokenDecoder) newStage() stage { return &wholeTokenStage{fn: w()} }
+func (w wholeTokenDecoder) newStage(r *decodeReport) stage { return &wholeTokenStage{fn: w(r)} }
+
+// decodedLimit is the most bytes a decoder step may make of a token of n bytes.
+func decodedLimit(n int) int { return 16*n + 4096 }
 
 type wholeTokenStage struct {
 	fn  func(string) []string
@@ -256,7 +286,7 @@ func (a *tokenAssembler) add(c chunk) (string, bool) {
 // U+FFFD. A run can therefore only be emitted once the next token shows that it has ended.
 type byteFallbackDecoder struct{}
 
-func (byteFallbackDecoder) newStage() stage { return &byteFallbackStage{} }
+func (byteFallbackDecoder) newStage(r *decodeReport) stage { return &byteFallbackStage{} }
 
 type byteFallbackStage struct {
 	asm tokenAssembler
@@ -325,7 +355,7 @@ func (b *byteFallbackStage) flush(out []chunk) []chunk { return b.flushRun(out) 
 // fuseDecoder joins all tokens into one.
 type fuseDecoder struct{}
 
-func (fuseDecoder) newStage() stage { return &fuseStage{} }
+func (fuseDecoder) newStage(r *decodeReport) stage { return &fuseStage{} }
 
 type fuseStage struct{ started bool }
 
@@ -351,7 +381,7 @@ type stripDecoder struct {
 	start, stop int
 }
 
-func (d stripDecoder) newStage() stage { return &stripStage{d: d} }
+func (d stripDecoder) newStage(r *decodeReport) stage { return &stripStage{d: d} }
 
 type stripStage struct {
 	d        stripDecoder
@@ -404,7 +434,7 @@ func (s *stripStage) flush(out []chunk) []chunk { return out }
 // incomplete sequences are held until the bytes that complete them arrive.
 type byteLevelDecoder struct{}
 
-func (byteLevelDecoder) newStage() stage { return &byteLevelStage{} }
+func (byteLevelDecoder) newStage(r *decodeReport) stage { return &byteLevelStage{} }
 
 type byteLevelStage struct {
 	asm     tokenAssembler
@@ -446,7 +476,7 @@ type metaspaceDecoder struct {
 	dropFirst   bool
 }
 
-func (d metaspaceDecoder) newStage() stage { return &metaspaceStage{d: d} }
+func (d metaspaceDecoder) newStage(r *decodeReport) stage { return &metaspaceStage{d: d} }
 
 type metaspaceStage struct {
 	d      metaspaceDecoder
@@ -474,7 +504,7 @@ func (m *metaspaceStage) flush(out []chunk) []chunk { return out }
 // where it is removed; the last token is therefore held until the next one arrives.
 type bpeSuffixDecoder struct{ suffix string }
 
-func (d bpeSuffixDecoder) newStage() stage { return &bpeSuffixStage{d: d} }
+func (d bpeSuffixDecoder) newStage(r *decodeReport) stage { return &bpeSuffixStage{d: d} }
 
 type bpeSuffixStage struct {
 	d       bpeSuffixDecoder

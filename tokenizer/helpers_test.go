@@ -54,6 +54,14 @@ func (s tinySpec) json(t testing.TB) []byte {
 	return data
 }
 
+// jsonValue decodes a JSON description the way FromBytes decodes tokenizer.json.
+func jsonValue(t testing.TB, desc string) any {
+	t.Helper()
+	var v any
+	require.NoError(t, decodeJSON([]byte(desc), &v), desc)
+	return v
+}
+
 // tokens returns the token strings of ids.
 func tokens(t testing.TB, tok *Tokenizer, ids []int) []string {
 	t.Helper()
@@ -99,7 +107,7 @@ func preSplit(t testing.TB, p preTokenizer, text string, atStart bool) []string 
 // mustPre parses a pre-tokenizer description.
 func mustPre(t testing.TB, desc string) preTokenizer {
 	t.Helper()
-	p, err := parsePreTokenizer(json.RawMessage(desc))
+	p, err := parsePreTokenizer(jsonValue(t, desc))
 	require.NoError(t, err)
 	return p
 }
@@ -107,9 +115,9 @@ func mustPre(t testing.TB, desc string) preTokenizer {
 // decodeTokens runs a decoder description on token strings.
 func decodeTokens(t testing.TB, desc string, toks []string) string {
 	t.Helper()
-	d, err := parseDecoder(json.RawMessage(desc))
+	d, err := parseDecoder(jsonValue(t, desc))
 	require.NoError(t, err)
-	st := d.newStage()
+	st := d.newStage(nil)
 	var out []chunk
 	for _, tok := range toks {
 		out = st.push(chunk{s: tok, start: true, end: true}, out)

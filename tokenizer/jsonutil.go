@@ -1,119 +1,172 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 )
 
-// object is one JSON object of a tokenizer.json component, kept raw until its type is known.
-type object map[string]json.RawMessage
+// maxJSONDepth bounds how deeply the arrays and objects of tokenizer.json and
+// tokenizer_config.json may nest. Real files nest about five levels; the bound keeps the
+// recursive component builders shallow and gives a hostile file a clear error.
+const maxJSONDepth = 64
 
-// parseObject decodes raw as a JSON object. A JSON null yields a nil object.
-func parseObject(raw json.RawMessage) (object, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, err
-	}
-	return o, nil
-}
-
-// isNull reports whether raw is absent or the JSON null.
-func isNull(raw json.RawMessage) bool {
-	if len(raw) == 0 {
-		return true
-	}
-	for _, c := range raw {
-		switch c {
-		case ' ', '\t', '\n', '\r':
+// checkJSONDepth fails when the arrays and objects of data nest deeper than maxJSONDepth.
+// It is one pass over the bytes; syntax errors are left to the decoder.
+func checkJSONDepth(data []byte) error {
+	depth, inString := 0, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
 			continue
-		case 'n':
-			return string(trimSpaceJSON(raw)) == "null"
-		default:
-			return false
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > maxJSONDepth {
+				return fmt.Errorf("arrays and objects nest deeper than %d levels (at byte %d)", maxJSONDepth, i)
+			}
+		case ']', '}':
+			depth--
 		}
 	}
-	return true
+	return nil
 }
 
-func trimSpaceJSON(raw []byte) []byte {
-	i, j := 0, len(raw)
-	for i < j && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
+// decodeJSON decodes data, which must hold exactly one JSON value, into dst in a single
+// pass, with numbers as json.Number. A JSON tree decoded this way is read by the component
+// parsers without ever being parsed again, so loading is linear in the size of the file.
+func decodeJSON(data []byte, dst any) error {
+	if err := checkJSONDepth(data); err != nil {
+		return err
 	}
-	for j > i && (raw[j-1] == ' ' || raw[j-1] == '\t' || raw[j-1] == '\n' || raw[j-1] == '\r') {
-		j--
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(dst); err != nil {
+		return err
 	}
-	return raw[i:j]
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("invalid data after the top-level value")
+	}
+	return nil
+}
+
+// object is one JSON object of a tokenizer.json component, as decodeJSON decodes it.
+type object map[string]any
+
+// asObject returns v as an object. A JSON null yields a nil object.
+func asObject(v any) (object, error) {
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return object(v), nil
+	}
+	return nil, fmt.Errorf("want an object, got %s", jsonKind(v))
+}
+
+// jsonKind names the kind of a decoded JSON value for error messages.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // typeName returns the "type" field of o, or "" when it has none.
 func (o object) typeName() string {
-	var s string
-	if raw, ok := o["type"]; ok {
-		_ = json.Unmarshal(raw, &s)
-	}
+	s, _ := o["type"].(string)
 	return s
 }
 
 // has reports whether o holds key with a non-null value.
 func (o object) has(key string) bool {
-	raw, ok := o[key]
-	return ok && !isNull(raw)
+	return o[key] != nil
 }
 
 // str reads a string field; absent or null gives def.
 func (o object) str(key, def string) (string, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
-		return def, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("field %q: %w", key, err)
+	s, ok, err := o.optStr(key)
+	if !ok {
+		return def, err
 	}
 	return s, nil
 }
 
 // optStr reads a string field, reporting whether it was present and non-null.
 func (o object) optStr(key string) (string, bool, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
+	v := o[key]
+	if v == nil {
 		return "", false, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false, fmt.Errorf("field %q: %w", key, err)
+	s, ok := v.(string)
+	if !ok {
+		return "", false, fmt.Errorf("field %q: want a string, got %s", key, jsonKind(v))
 	}
 	return s, true, nil
 }
 
 // boolean reads a bool field; absent or null gives def.
 func (o object) boolean(key string, def bool) (bool, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
+	v := o[key]
+	if v == nil {
 		return def, nil
 	}
-	var b bool
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return false, fmt.Errorf("field %q: %w", key, err)
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("field %q: want a boolean, got %s", key, jsonKind(v))
 	}
 	return b, nil
 }
 
 // integer reads an integer field; absent or null gives def.
 func (o object) integer(key string, def int) (int, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
+	v := o[key]
+	if v == nil {
 		return def, nil
 	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err != nil {
+	n, err := jsonInt(v)
+	if err != nil {
 		return 0, fmt.Errorf("field %q: %w", key, err)
 	}
 	return n, nil
+}
+
+// jsonInt reads a decoded JSON integer that fits an int32, the range of token ids.
+func jsonInt(v any) (int, error) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("want an integer, got %s", jsonKind(v))
+	}
+	n, err := num.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("want an integer, got %s", num)
+	}
+	if n < math.MinInt32 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("integer %d out of range", n)
+	}
+	return int(n), nil
 }
 
 // char reads a field that must hold exactly one character.
@@ -129,15 +182,15 @@ func (o object) char(key string, def rune) (rune, error) {
 	return r[0], nil
 }
 
-// list reads a field holding a JSON array of raw elements.
-func (o object) list(key string) ([]json.RawMessage, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
+// list reads a field holding a JSON array.
+func (o object) list(key string) ([]any, error) {
+	v := o[key]
+	if v == nil {
 		return nil, nil
 	}
-	var l []json.RawMessage
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return nil, fmt.Errorf("field %q: %w", key, err)
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("field %q: want an array, got %s", key, jsonKind(v))
 	}
 	return l, nil
 }
@@ -150,22 +203,27 @@ type pattern struct {
 }
 
 func (o object) pattern(key string) (pattern, error) {
-	raw, ok := o[key]
-	if !ok || isNull(raw) {
+	v := o[key]
+	if v == nil {
 		return pattern{}, fmt.Errorf("missing field %q", key)
 	}
-	var p struct {
-		String *string `json:"String"`
-		Regex  *string `json:"Regex"`
+	p, err := asObject(v)
+	if err != nil {
+		return pattern{}, fmt.Errorf("field %q: %w", key, err)
 	}
-	if err := json.Unmarshal(raw, &p); err != nil {
+	lit, hasLit, err := p.optStr("String")
+	if err != nil {
+		return pattern{}, fmt.Errorf("field %q: %w", key, err)
+	}
+	re, hasRe, err := p.optStr("Regex")
+	if err != nil {
 		return pattern{}, fmt.Errorf("field %q: %w", key, err)
 	}
 	switch {
-	case p.String != nil && p.Regex == nil:
-		return pattern{literal: *p.String}, nil
-	case p.Regex != nil && p.String == nil:
-		return pattern{regex: *p.Regex, isRegex: true}, nil
+	case hasLit && !hasRe:
+		return pattern{literal: lit}, nil
+	case hasRe && !hasLit:
+		return pattern{regex: re, isRegex: true}, nil
 	}
 	return pattern{}, fmt.Errorf("field %q: want exactly one of String or Regex", key)
 }
@@ -180,7 +238,7 @@ func (p pattern) compile() (matcher, error) {
 
 // parseSequence parses the components listed under key of a "Sequence" component, each
 // with parse, leaving out null ones. wrap adds context to an error of the list itself.
-func parseSequence[T comparable](o object, key string, parse func(json.RawMessage) (T, error), wrap func(error) error) ([]T, error) {
+func parseSequence[T comparable](o object, key string, parse func(any) (T, error), wrap func(error) error) ([]T, error) {
 	items, err := o.list(key)
 	if err != nil {
 		return nil, wrap(err)
@@ -197,4 +255,10 @@ func parseSequence[T comparable](o object, key string, parse func(json.RawMessag
 		}
 	}
 	return seq, nil
+}
+
+// isNull reports whether raw is absent or the JSON null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
 }

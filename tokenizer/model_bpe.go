@@ -53,12 +53,17 @@ const (
 
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
 
-// parseBPE builds a BPE model from the "model" object of tokenizer.json.
-func parseBPE(o object) (*bpeModel, error) {
+// parseBPE builds a BPE model from the "model" object of tokenizer.json: o holds its small
+// fields, vocab and merges the raw JSON of its two large ones (nil when absent).
+func parseBPE(o object, vocabJSON, mergesJSON json.RawMessage) (*bpeModel, error) {
 	wrap := func(err error) error { return fmt.Errorf("model BPE: %w", err) }
-	if raw, ok := o["dropout"]; ok && !isNull(raw) {
-		var d float64
-		if err := json.Unmarshal(raw, &d); err != nil {
+	if v := o["dropout"]; v != nil {
+		num, ok := v.(json.Number)
+		if !ok {
+			return nil, wrap(fmt.Errorf("field \"dropout\": want a number, got %s", jsonKind(v)))
+		}
+		d, err := num.Float64()
+		if err != nil {
 			return nil, wrap(fmt.Errorf("field \"dropout\": %w", err))
 		}
 		if d > 0 {
@@ -66,15 +71,15 @@ func parseBPE(o object) (*bpeModel, error) {
 		}
 	}
 	var vocab map[string]int
-	if raw, ok := o["vocab"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &vocab); err != nil {
+	if !isNull(vocabJSON) {
+		if err := json.Unmarshal(vocabJSON, &vocab); err != nil {
 			return nil, wrap(fmt.Errorf("field \"vocab\": %w", err))
 		}
 	}
 	m := &bpeModel{vocab: make(map[string]int32, len(vocab))}
 	for tok, id := range vocab {
-		if id < 0 || id > 1<<30 {
-			return nil, wrap(fmt.Errorf("token %q has id %d out of range", tok, id))
+		if id < 0 || id > maxTokenID {
+			return nil, wrap(fmt.Errorf("field \"vocab\": token %q has id %d out of range [0, %d]", tok, id, maxTokenID))
 		}
 		m.vocab[tok] = int32(id)
 	}
@@ -97,7 +102,7 @@ func parseBPE(o object) (*bpeModel, error) {
 	if m.suffix, err = o.str("end_of_word_suffix", ""); err != nil {
 		return nil, wrap(err)
 	}
-	mergeList, err := parseMerges(o["merges"])
+	mergeList, err := parseMerges(mergesJSON)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -1,8 +1,9 @@
 package tokenizer
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -12,14 +13,72 @@ import (
 
 // normalizer rewrites text before it is split and tokenized (tokenizer.json "normalizer").
 type normalizer interface {
-	normalize(s string) (string, error)
+	// normalize rewrites s; a result longer than limit bytes is an error (see
+	// normalizedLimit), checked before it is built where the growth is file-controlled.
+	normalize(s string, limit int) (string, error)
+}
+
+// ErrExpansion is wrapped by the error of a tokenizer.json component that would grow the
+// text beyond its growthBudget: a chain of Replace, Prepend or ByteLevel steps could
+// otherwise grow it exponentially.
+var ErrExpansion = errors.New("tokenizer: text expanded beyond the limit")
+
+// normalizedLimit is the growth budget for a text of n bytes: the bytes that normalizing and
+// pre-tokenizing it may produce, counted at every stage. It is generous for any real
+// tokenizer (NFKD expands at most about 11 times, ByteLevel 2 times, Metaspace 3 times, and
+// a text passes a few stages) and linear in the input.
+func normalizedLimit(n int) int { return 64*n + 1<<20 }
+
+// growthBudget counts down the bytes the stages of one encode may still produce.
+type growthBudget struct{ left int }
+
+func newGrowthBudget(n int) *growthBudget { return &growthBudget{left: normalizedLimit(n)} }
+
+// charge takes n bytes produced by what from the budget. A nil budget is unlimited.
+func (b *growthBudget) charge(n int, what string) error {
+	if b == nil {
+		return nil
+	}
+	if n > b.left {
+		return fmt.Errorf("%w: %s produced %d bytes with %d left of the budget of this text (see normalizedLimit)", ErrExpansion, what, n, b.left)
+	}
+	b.left -= n
+	return nil
+}
+
+// limit is the most bytes one step may produce now.
+func (b *growthBudget) limit() int {
+	if b == nil {
+		return math.MaxInt
+	}
+	return b.left
+}
+
+// normalizeText runs n on s and charges the result to b.
+func normalizeText(n normalizer, s string, b *growthBudget) (string, error) {
+	out, err := n.normalize(s, b.limit())
+	if err != nil {
+		return "", err
+	}
+	return out, b.charge(len(out), "normalizer")
+}
+
+// checkGrowth fails when s exceeds limit.
+func checkGrowth(s string, limit int, what string) error {
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s made a text of %d bytes, more than the %d allowed", ErrExpansion, what, len(s), limit)
+	}
+	return nil
 }
 
 // parseNormalizer builds a normalizer from its JSON description; null gives nil.
-func parseNormalizer(raw json.RawMessage) (normalizer, error) {
-	o, err := parseObject(raw)
-	if err != nil || o == nil {
-		return nil, err
+func parseNormalizer(v any) (normalizer, error) {
+	o, err := asObject(v)
+	if err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	if o == nil {
+		return nil, nil
 	}
 	typ := o.typeName()
 	wrap := func(err error) error { return fmt.Errorf("normalizer %s: %w", typ, err) }
@@ -94,10 +153,13 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 
 type seqNormalizer []normalizer
 
-func (s seqNormalizer) normalize(text string) (string, error) {
+func (s seqNormalizer) normalize(text string, limit int) (string, error) {
 	var err error
 	for _, n := range s {
-		if text, err = n.normalize(text); err != nil {
+		if text, err = n.normalize(text, limit); err != nil {
+			return "", err
+		}
+		if err := checkGrowth(text, limit, "normalizer Sequence"); err != nil {
 			return "", err
 		}
 	}
@@ -107,9 +169,12 @@ func (s seqNormalizer) normalize(text string) (string, error) {
 // prependNormalizer adds a prefix to any non-empty text.
 type prependNormalizer string
 
-func (p prependNormalizer) normalize(s string) (string, error) {
+func (p prependNormalizer) normalize(s string, limit int) (string, error) {
 	if s == "" {
 		return s, nil
+	}
+	if len(p)+len(s) > limit {
+		return "", fmt.Errorf("%w: normalizer Prepend of %d bytes to a text allowed at most %d", ErrExpansion, len(p), limit)
 	}
 	return string(p) + s, nil
 }
@@ -120,21 +185,32 @@ type replaceNormalizer struct {
 	content string
 }
 
-func (r replaceNormalizer) normalize(s string) (string, error) {
-	return replaceAll(s, r.m, r.content)
+func (r replaceNormalizer) normalize(s string, limit int) (string, error) {
+	return replaceAll(s, r.m, r.content, limit)
 }
 
-// replaceAll replaces every match of m in s by content.
-func replaceAll(s string, m matcher, content string) (string, error) {
+// replaceAll replaces every match of m in s by content, failing when the result would
+// exceed limit bytes.
+func replaceAll(s string, m matcher, content string, limit int) (string, error) {
+	tooLong := func() error {
+		return fmt.Errorf("%w: Replace with %d bytes of content made a text longer than %d bytes", ErrExpansion, len(content), limit)
+	}
 	if lit, ok := m.(literalMatcher); ok {
 		if lit == "" {
 			return s, nil
+		}
+		if n := strings.Count(s, string(lit)); len(content) > len(lit) && n > 0 &&
+			(len(content)-len(lit)) > (limit-len(s))/n {
+			return "", tooLong()
 		}
 		return strings.ReplaceAll(s, string(lit), content), nil
 	}
 	var sb strings.Builder
 	prev := 0
 	err := m.findAll(s, func(start, end int) error {
+		if sb.Len()+(start-prev)+len(content) > limit {
+			return tooLong()
+		}
 		sb.WriteString(s[prev:start])
 		sb.WriteString(content)
 		prev = end
@@ -146,13 +222,16 @@ func replaceAll(s string, m matcher, content string) (string, error) {
 	if prev == 0 && sb.Len() == 0 {
 		return s, nil
 	}
+	if sb.Len()+len(s)-prev > limit {
+		return "", tooLong()
+	}
 	sb.WriteString(s[prev:])
 	return sb.String(), nil
 }
 
 type unicodeNormalizer struct{ form norm.Form }
 
-func (u unicodeNormalizer) normalize(s string) (string, error) {
+func (u unicodeNormalizer) normalize(s string, _ int) (string, error) {
 	return u.form.String(s), nil
 }
 
@@ -160,7 +239,7 @@ func (u unicodeNormalizer) normalize(s string) (string, error) {
 // Unicode mapping: U+0130 becomes "i̇" and no context (final sigma) is considered.
 type lowercaseNormalizer struct{}
 
-func (lowercaseNormalizer) normalize(s string) (string, error) {
+func (lowercaseNormalizer) normalize(s string, _ int) (string, error) {
 	return lowercase(s), nil
 }
 
@@ -186,7 +265,7 @@ func lowercase(s string) string {
 // stripNormalizer removes leading and/or trailing whitespace.
 type stripNormalizer struct{ left, right bool }
 
-func (st stripNormalizer) normalize(s string) (string, error) {
+func (st stripNormalizer) normalize(s string, _ int) (string, error) {
 	if st.left {
 		s = strings.TrimLeftFunc(s, unicode.IsSpace)
 	}
@@ -199,7 +278,7 @@ func (st stripNormalizer) normalize(s string) (string, error) {
 // stripAccentsNormalizer removes non-spacing marks (it is meant to follow NFD/NFKD).
 type stripAccentsNormalizer struct{}
 
-func (stripAccentsNormalizer) normalize(s string) (string, error) {
+func (stripAccentsNormalizer) normalize(s string, _ int) (string, error) {
 	return strings.Map(func(r rune) rune {
 		if unicode.Is(unicode.Mn, r) {
 			return -1
@@ -211,7 +290,7 @@ func (stripAccentsNormalizer) normalize(s string) (string, error) {
 // byteLevelNormalizer maps every byte to its byte-level character.
 type byteLevelNormalizer struct{}
 
-func (byteLevelNormalizer) normalize(s string) (string, error) {
+func (byteLevelNormalizer) normalize(s string, _ int) (string, error) {
 	return byteLevelEncode(s), nil
 }
 
@@ -221,7 +300,7 @@ type bertNormalizer struct {
 	cleanText, chineseChars, stripAccents, lowercase bool
 }
 
-func (b bertNormalizer) normalize(s string) (string, error) {
+func (b bertNormalizer) normalize(s string, _ int) (string, error) {
 	if b.cleanText {
 		s = strings.Map(func(r rune) rune {
 			switch {
@@ -247,7 +326,7 @@ func (b bertNormalizer) normalize(s string) (string, error) {
 		s = sb.String()
 	}
 	if b.stripAccents {
-		s, _ = stripAccentsNormalizer{}.normalize(norm.NFD.String(s))
+		s, _ = stripAccentsNormalizer{}.normalize(norm.NFD.String(s), 0)
 	}
 	if b.lowercase {
 		s = lowercase(s)

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
@@ -9,13 +8,18 @@ import (
 // "post_processor"). It only runs when special tokens are requested.
 type postProcessor interface {
 	process(ids []int) []int
+	// specialIDs appends the ids the post-processor may add.
+	specialIDs(dst []int) []int
 }
 
 // parsePostProcessor builds a post-processor from its JSON description; null gives nil.
-func parsePostProcessor(raw json.RawMessage) (postProcessor, error) {
-	o, err := parseObject(raw)
-	if err != nil || o == nil {
-		return nil, err
+func parsePostProcessor(v any) (postProcessor, error) {
+	o, err := asObject(v)
+	if err != nil {
+		return nil, fmt.Errorf("post-processor: %w", err)
+	}
+	if o == nil {
+		return nil, nil
 	}
 	typ := o.typeName()
 	wrap := func(err error) error { return fmt.Errorf("post-processor %s: %w", typ, err) }
@@ -29,29 +33,21 @@ func parsePostProcessor(raw json.RawMessage) (postProcessor, error) {
 		// Only adjusts offsets, which this package does not report.
 		return nil, nil
 	case "RobertaProcessing", "BertProcessing":
-		var sep, cls struct {
-			tok string
-			id  int
-		}
-		for _, f := range []struct {
-			key string
-			dst *struct {
-				tok string
-				id  int
+		var ids [2]int
+		for i, key := range []string{"sep", "cls"} {
+			pair, err := o.list(key)
+			if err != nil || len(pair) != 2 {
+				return nil, wrap(fmt.Errorf("field %q: want [token, id]", key))
 			}
-		}{{"sep", &sep}, {"cls", &cls}} {
-			var pair []json.RawMessage
-			if err := json.Unmarshal(o[f.key], &pair); err != nil || len(pair) != 2 {
-				return nil, wrap(fmt.Errorf("field %q: want [token, id]", f.key))
+			if _, ok := pair[0].(string); !ok {
+				return nil, wrap(fmt.Errorf("field %q: token: want a string, got %s", key, jsonKind(pair[0])))
 			}
-			if err := json.Unmarshal(pair[0], &f.dst.tok); err != nil {
-				return nil, wrap(fmt.Errorf("field %q: %w", f.key, err))
-			}
-			if err := json.Unmarshal(pair[1], &f.dst.id); err != nil {
-				return nil, wrap(fmt.Errorf("field %q: %w", f.key, err))
+			if ids[i], err = jsonInt(pair[1]); err != nil {
+				return nil, wrap(fmt.Errorf("field %q: id: %w", key, err))
 			}
 		}
-		return templateProcessor{{ids: []int{cls.id}}, {sequence: true}, {ids: []int{sep.id}}}, nil
+		sep, cls := ids[0], ids[1]
+		return templateProcessor{{ids: []int{cls}}, {sequence: true}, {ids: []int{sep}}}, nil
 	case "":
 		return nil, fmt.Errorf("post-processor without a type")
 	}
@@ -59,6 +55,13 @@ func parsePostProcessor(raw json.RawMessage) (postProcessor, error) {
 }
 
 type seqProcessor []postProcessor
+
+func (s seqProcessor) specialIDs(dst []int) []int {
+	for _, p := range s {
+		dst = p.specialIDs(dst)
+	}
+	return dst
+}
 
 func (s seqProcessor) process(ids []int) []int {
 	for _, p := range s {
@@ -77,6 +80,13 @@ type templateItem struct {
 // templateProcessor is TemplateProcessing's "single" template, e.g. "<s> $A".
 type templateProcessor []templateItem
 
+func (t templateProcessor) specialIDs(dst []int) []int {
+	for _, it := range t {
+		dst = append(dst, it.ids...)
+	}
+	return dst
+}
+
 func (t templateProcessor) process(ids []int) []int {
 	out := make([]int, 0, len(ids)+4)
 	for _, it := range t {
@@ -91,46 +101,63 @@ func (t templateProcessor) process(ids []int) []int {
 
 func parseTemplateProcessing(o object) (postProcessor, error) {
 	wrap := func(err error) error { return fmt.Errorf("post-processor TemplateProcessing: %w", err) }
-	var specials map[string]struct {
-		ID  string `json:"id"`
-		IDs []int  `json:"ids"`
-	}
-	if raw, ok := o["special_tokens"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &specials); err != nil {
-			return nil, wrap(fmt.Errorf("field \"special_tokens\": %w", err))
-		}
+	specials, err := asObject(o["special_tokens"])
+	if err != nil {
+		return nil, wrap(fmt.Errorf("field \"special_tokens\": %w", err))
 	}
 	items, err := o.list("single")
 	if err != nil {
 		return nil, wrap(err)
 	}
 	var t templateProcessor
-	for _, raw := range items {
-		var it struct {
-			SpecialToken *struct {
-				ID string `json:"id"`
-			} `json:"SpecialToken"`
-			Sequence *struct {
-				ID string `json:"id"`
-			} `json:"Sequence"`
+	for i, raw := range items {
+		it, err := asObject(raw)
+		if err != nil {
+			return nil, wrap(fmt.Errorf("template item %d: %w", i, err))
 		}
-		if err := json.Unmarshal(raw, &it); err != nil {
-			return nil, wrap(fmt.Errorf("template item %s: %w", raw, err))
+		spec, err := asObject(it["SpecialToken"])
+		if err != nil {
+			return nil, wrap(fmt.Errorf("template item %d: field \"SpecialToken\": %w", i, err))
+		}
+		seq, err := asObject(it["Sequence"])
+		if err != nil {
+			return nil, wrap(fmt.Errorf("template item %d: field \"Sequence\": %w", i, err))
 		}
 		switch {
-		case it.SpecialToken != nil:
-			sp, ok := specials[it.SpecialToken.ID]
-			if !ok {
-				return nil, wrap(fmt.Errorf("special token %q is used by the template but not defined", it.SpecialToken.ID))
+		case spec != nil:
+			name, err := spec.str("id", "")
+			if err != nil {
+				return nil, wrap(fmt.Errorf("template item %d: %w", i, err))
 			}
-			t = append(t, templateItem{ids: sp.IDs})
-		case it.Sequence != nil:
-			if it.Sequence.ID != "A" {
-				return nil, wrap(fmt.Errorf("single-sequence template refers to sequence %q", it.Sequence.ID))
+			sp, err := asObject(specials[name])
+			if err != nil {
+				return nil, wrap(fmt.Errorf("special token %q: %w", name, err))
+			}
+			if sp == nil {
+				return nil, wrap(fmt.Errorf("special token %q is used by the template but not defined", name))
+			}
+			list, err := sp.list("ids")
+			if err != nil {
+				return nil, wrap(fmt.Errorf("special token %q: %w", name, err))
+			}
+			ids := make([]int, len(list))
+			for j, v := range list {
+				if ids[j], err = jsonInt(v); err != nil {
+					return nil, wrap(fmt.Errorf("special token %q: field \"ids\": %w", name, err))
+				}
+			}
+			t = append(t, templateItem{ids: ids})
+		case seq != nil:
+			name, err := seq.str("id", "")
+			if err != nil {
+				return nil, wrap(fmt.Errorf("template item %d: %w", i, err))
+			}
+			if name != "A" {
+				return nil, wrap(fmt.Errorf("single-sequence template refers to sequence %q", name))
 			}
 			t = append(t, templateItem{sequence: true})
 		default:
-			return nil, wrap(fmt.Errorf("template item %s is neither SpecialToken nor Sequence", raw))
+			return nil, wrap(fmt.Errorf("template item %d is neither SpecialToken nor Sequence", i))
 		}
 	}
 	return t, nil

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
@@ -16,6 +15,8 @@ type piece struct {
 	// splits) but not a normalizer that deletes leading characters (a left Strip), after which
 	// the reference would no longer prepend.
 	atStart bool
+	// budget bounds what the stages may produce from the text (nil: unlimited).
+	budget *growthBudget
 }
 
 // emitFunc receives the pieces a pre-tokenizer cuts.
@@ -59,10 +60,13 @@ func parseBehavior(o object, def splitBehavior) (splitBehavior, error) {
 }
 
 // parsePreTokenizer builds a pre-tokenizer from its JSON description; null gives nil.
-func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
-	o, err := parseObject(raw)
-	if err != nil || o == nil {
-		return nil, err
+func parsePreTokenizer(v any) (preTokenizer, error) {
+	o, err := asObject(v)
+	if err != nil {
+		return nil, fmt.Errorf("pre-tokenizer: %w", err)
+	}
+	if o == nil {
+		return nil, nil
 	}
 	typ := o.typeName()
 	wrap := func(err error) error { return fmt.Errorf("pre-tokenizer %s: %w", typ, err) }
@@ -163,12 +167,19 @@ func (s seqPreTokenizer) split(p piece, emit emitFunc) error {
 	if len(s) == 0 {
 		return emit(p)
 	}
-	// Build the chain of stages once per call: stage i hands its pieces to stage i+1.
+	// Build the chain of stages once per call: stage i hands its pieces to stage i+1. What
+	// each stage hands on is charged to the budget, so that stages that grow the text (a
+	// chain of ByteLevel steps doubles it at each) cannot grow it without bound.
 	stages := make([]emitFunc, len(s)+1)
 	stages[len(s)] = emit
 	for i := len(s) - 1; i >= 1; i-- {
 		pt, next := s[i], stages[i+1]
-		stages[i] = func(q piece) error { return pt.split(q, next) }
+		stages[i] = func(q piece) error {
+			if err := q.budget.charge(len(q.text), "pre-tokenizer Sequence"); err != nil {
+				return err
+			}
+			return pt.split(q, next)
+		}
 	}
 	return s[0].split(p, stages[1])
 }
@@ -193,7 +204,7 @@ func splitByMatches(p piece, m matcher, behavior splitBehavior, invert bool, emi
 		if start >= end {
 			return nil
 		}
-		return emit(piece{text: s[start:end], atStart: p.atStart && start == 0})
+		return emit(piece{text: s[start:end], atStart: p.atStart && start == 0, budget: p.budget})
 	}
 	// The pending range of the merging behaviors.
 	var (
@@ -354,7 +365,7 @@ func (m metaspacePreTokenizer) split(p piece, emit emitFunc) error {
 			s = rep + s
 		}
 	}
-	q := piece{text: s, atStart: p.atStart}
+	q := piece{text: s, atStart: p.atStart, budget: p.budget}
 	if !m.doSplit {
 		if s == "" {
 			return nil
@@ -384,7 +395,7 @@ func (whitespacePreTokenizer) split(p piece, emit emitFunc) error {
 		k := kind(r)
 		if k != cur {
 			if cur > 0 {
-				if err := emit(piece{text: s[start:i], atStart: p.atStart && start == 0}); err != nil {
+				if err := emit(piece{text: s[start:i], atStart: p.atStart && start == 0, budget: p.budget}); err != nil {
 					return err
 				}
 			}
@@ -392,7 +403,7 @@ func (whitespacePreTokenizer) split(p piece, emit emitFunc) error {
 		}
 	}
 	if cur > 0 {
-		return emit(piece{text: s[start:], atStart: p.atStart && start == 0})
+		return emit(piece{text: s[start:], atStart: p.atStart && start == 0, budget: p.budget})
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package tokenizer
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -51,17 +55,65 @@ func (m charMatcher) findAll(s string, fn func(start, end int) error) error {
 	return nil
 }
 
+// ErrRegexBudget is wrapped by the error of a tokenizer.json regex that took too long to
+// find its next match, which is what a pattern with catastrophic backtracking such as
+// (a+)+$ does on a text made to trigger it. The message names the pattern.
+var ErrRegexBudget = errors.New("tokenizer: regex match budget exceeded")
+
+// The time one search for the next match may take is regexBaseTimeout, or
+// regexTimeoutPerRune for each character of the text searched when that is more, so that a
+// pattern that scans far for its next match in a long text still has time to do so honestly.
+// Variables so that tests can shorten them.
+var (
+	regexBaseTimeout    = time.Second
+	regexTimeoutPerRune = 200 * time.Nanosecond
+)
+
+// maxRegexTiers bounds the number of timeout tiers (the longest allowance is
+// regexBaseTimeout << (maxRegexTiers-1)).
+const maxRegexTiers = 16
+
 // regexMatcher runs a general regular expression with the .NET-compatible regexp2 engine,
 // which supports the look-around that Hugging Face patterns (written for Oniguruma) use.
+// The engine's timeout is fixed per compiled expression, so the matcher keeps one compiled
+// copy per timeout tier, each allowing twice the time of the one before, and searches a
+// text with the first tier whose allowance covers the text's length.
 type regexMatcher struct {
-	re *regexp2.Regexp
+	expr  string
+	tiers [maxRegexTiers]atomic.Pointer[regexp2.Regexp]
 }
 
-func (m regexMatcher) findAll(s string, fn func(start, end int) error) error {
+// regex returns the compiled copy for a text of n characters and its timeout.
+func (m *regexMatcher) regex(n int) (*regexp2.Regexp, time.Duration, error) {
+	base := regexBaseTimeout
+	want := time.Duration(n) * regexTimeoutPerRune
+	tier := 0
+	for tier < maxRegexTiers-1 && base<<tier < want {
+		tier++
+	}
+	timeout := base << tier
+	if re := m.tiers[tier].Load(); re != nil {
+		return re, timeout, nil
+	}
+	re, err := regexp2.Compile(m.expr, regexp2.OptionMaxBacktrackingStackSize(-1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("tokenizer: compiling regex %s: %w", quotePattern(m.expr), err)
+	}
+	re.MatchTimeout = timeout
+	// Two callers may compile the same tier at once; both copies work, one is kept.
+	m.tiers[tier].CompareAndSwap(nil, re)
+	return m.tiers[tier].Load(), timeout, nil
+}
+
+func (m *regexMatcher) findAll(s string, fn func(start, end int) error) error {
 	if s == "" {
 		return nil
 	}
 	runes := []rune(s)
+	re, timeout, err := m.regex(len(runes))
+	if err != nil {
+		return err
+	}
 	// Matches come in increasing order, so rune indices convert to byte offsets with one
 	// forward walk over s.
 	runePos, bytePos := 0, 0
@@ -74,7 +126,8 @@ func (m regexMatcher) findAll(s string, fn func(start, end int) error) error {
 		return bytePos
 	}
 	var cbErr error
-	err := m.re.FindRunesMatches(runes, 0, func(v regexp2.MatchView) bool {
+	start := time.Now()
+	err = re.FindRunesMatches(runes, 0, func(v regexp2.MatchView) bool {
 		idx, length, ok := v.GroupRange(0)
 		if !ok {
 			return true
@@ -90,9 +143,27 @@ func (m regexMatcher) findAll(s string, fn func(start, end int) error) error {
 		return cbErr
 	}
 	if err != nil {
-		return fmt.Errorf("tokenizer: regex match: %w", err)
+		// The engine's timeout error quotes the whole text; report the pattern instead.
+		if time.Since(start) >= timeout {
+			return fmt.Errorf("%w: pattern %s took longer than %v to find its next match in a text of %d characters (catastrophic backtracking?)",
+				ErrRegexBudget, quotePattern(m.expr), timeout, len(runes))
+		}
+		return fmt.Errorf("tokenizer: regex %s: %w", quotePattern(m.expr), err)
 	}
 	return nil
+}
+
+// quotePattern quotes a pattern for an error message, shortening a long one.
+func quotePattern(expr string) string {
+	const max = 200
+	if len(expr) <= max {
+		return strconv.Quote(expr)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(expr[cut]) {
+		cut--
+	}
+	return strconv.Quote(expr[:cut]) + fmt.Sprintf("... (%d bytes)", len(expr))
 }
 
 // Patterns with hand-written matchers. They are the pre-tokenizer patterns of GPT-2 (also the
@@ -118,12 +189,13 @@ func compileRegex(expr string) (matcher, error) {
 	return compileRegexp2(expr)
 }
 
-func compileRegexp2(expr string) (regexMatcher, error) {
-	re, err := regexp2.Compile(expr, regexp2.OptionMaxBacktrackingStackSize(-1))
-	if err != nil {
-		return regexMatcher{}, fmt.Errorf("tokenizer: compiling regex %q: %w", expr, err)
+// compileRegexp2 compiles expr for the general engine; errors in the pattern show here.
+func compileRegexp2(expr string) (*regexMatcher, error) {
+	m := &regexMatcher{expr: expr}
+	if _, _, err := m.regex(0); err != nil {
+		return nil, err
 	}
-	return regexMatcher{re: re}, nil
+	return m, nil
 }
 
 // Character classes used by the hand-written matchers.

@@ -18,6 +18,7 @@ type DecodeStream struct {
 	tokens      int   // tokens seen, for the space-joining used without a decoder
 	buf         []chunk
 	sb          strings.Builder
+	report      decodeReport
 }
 
 // NewDecodeStream starts a streaming decode. With skipSpecial, special tokens are left out,
@@ -32,7 +33,7 @@ func (s *DecodeStream) reset() {
 	s.tokens = 0
 	s.st = nil
 	if s.t.decoder != nil {
-		s.st = s.t.decoder.newStage()
+		s.st = s.t.decoder.newStage(&s.report)
 	}
 }
 
@@ -65,6 +66,13 @@ func (s *DecodeStream) pushToken(tok string) {
 		s.sb.WriteString(c.s)
 	}
 }
+
+// Err reports the first error of a decoder step of tokenizer.json since the stream began:
+// a Replace decoder whose regex exceeded its match budget (see ErrRegexBudget) or whose
+// content would grow a token too much (see ErrExpansion). Such a step leaves its token as
+// it was, so the text is then not what the tokenizer file asks for. Real tokenizers never
+// do this; a hostile one can.
+func (s *DecodeStream) Err() error { return s.report.err }
 
 // Flush ends the sequence and returns the text still held back (incomplete sequences at the
 // very end become U+FFFD, as in Decode). The stream is then empty and may be reused for a new

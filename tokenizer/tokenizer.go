@@ -43,12 +43,15 @@ type Tokenizer struct {
 
 // LoadDir loads tokenizer.json from dir, with tokenizer_config.json when present. When the
 // configuration has no chat template, a chat_template.jinja file in dir is used instead.
+// The files must be regular files (a FIFO is refused rather than waited on) of bounded
+// size: 1 GiB for tokenizer.json, 64 MiB for tokenizer_config.json, 1 MiB for
+// chat_template.jinja.
 func LoadDir(dir string) (*Tokenizer, error) {
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tj, err := readModelFile(filepath.Join(dir, "tokenizer.json"), maxTokenizerJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	cfg, err := readModelFile(filepath.Join(dir, "tokenizer_config.json"), maxConfigBytes)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("tokenizer: %w", err)
@@ -60,27 +63,31 @@ func LoadDir(dir string) (*Tokenizer, error) {
 		return nil, err
 	}
 	if t.config.ChatTemplate == "" {
-		if src, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		src, err := readModelFile(filepath.Join(dir, "chat_template.jinja"), maxChatTemplateBytes)
+		switch {
+		case err == nil:
 			t.config.ChatTemplate = string(src)
 			if t.config.ChatTemplates == nil {
 				t.config.ChatTemplates = map[string]string{}
 			}
 			t.config.ChatTemplates["default"] = string(src)
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 	}
 	return t, nil
 }
 
 // Load reads a tokenizer from the contents of tokenizer.json and, when config is not nil,
-// tokenizer_config.json.
+// tokenizer_config.json (at most 1 GiB and 64 MiB).
 func Load(tokenizerJSON, config io.Reader) (*Tokenizer, error) {
-	tj, err := io.ReadAll(tokenizerJSON)
+	tj, err := readAtMost(tokenizerJSON, maxTokenizerJSONBytes, "tokenizer.json")
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: reading tokenizer.json: %w", err)
 	}
 	var cfg []byte
 	if config != nil {
-		if cfg, err = io.ReadAll(config); err != nil {
+		if cfg, err = readAtMost(config, maxConfigBytes, "tokenizer_config.json"); err != nil {
 			return nil, fmt.Errorf("tokenizer: reading tokenizer_config.json: %w", err)
 		}
 	}
@@ -91,7 +98,13 @@ func Load(tokenizerJSON, config io.Reader) (*Tokenizer, error) {
 // (nil or empty when there is none). Components it does not implement make it fail with an
 // error wrapping ErrUnsupported that names them.
 func FromBytes(tokenizerJSON, config []byte) (*Tokenizer, error) {
-	var f struct {
+	// Each component is decoded once into a JSON tree that its parser reads; the model's
+	// vocabulary and merges, the bulk of the file, go straight into maps. Every byte is
+	// therefore scanned a fixed number of times, however deeply the file nests.
+	if err := checkJSONDepth(tokenizerJSON); err != nil {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	var top struct {
 		AddedTokens   json.RawMessage `json:"added_tokens"`
 		Normalizer    json.RawMessage `json:"normalizer"`
 		PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
@@ -99,21 +112,53 @@ func FromBytes(tokenizerJSON, config []byte) (*Tokenizer, error) {
 		Decoder       json.RawMessage `json:"decoder"`
 		Model         json.RawMessage `json:"model"`
 	}
-	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
+	if err := json.Unmarshal(tokenizerJSON, &top); err != nil {
 		return nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	var f struct {
+		AddedTokens, Normalizer, PreTokenizer, PostProcessor, Decoder any
+		Model                                                         json.RawMessage
+	}
+	f.Model = top.Model
+	for _, c := range []struct {
+		key string
+		raw json.RawMessage
+		dst *any
+	}{
+		{"added_tokens", top.AddedTokens, &f.AddedTokens}, {"normalizer", top.Normalizer, &f.Normalizer},
+		{"pre_tokenizer", top.PreTokenizer, &f.PreTokenizer}, {"post_processor", top.PostProcessor, &f.PostProcessor},
+		{"decoder", top.Decoder, &f.Decoder},
+	} {
+		if isNull(c.raw) {
+			continue
+		}
+		if err := decodeJSON(c.raw, c.dst); err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer.json: field %q: %w", c.key, err)
+		}
 	}
 	t := &Tokenizer{}
 	var err error
-	mo, err := parseObject(f.Model)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: model: %w", err)
-	}
-	if mo == nil {
+	if isNull(f.Model) {
 		return nil, errors.New("tokenizer: tokenizer.json has no model")
 	}
+	var model map[string]json.RawMessage
+	if err := json.Unmarshal(f.Model, &model); err != nil {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json: model: %w", err)
+	}
+	mo := object{}
+	for k, raw := range model {
+		if k == "vocab" || k == "merges" {
+			continue
+		}
+		var v any
+		if err := decodeJSON(raw, &v); err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer.json: model: field %q: %w", k, err)
+		}
+		mo[k] = v
+	}
 	switch typ := mo.typeName(); {
-	case typ == "BPE" || (typ == "" && mo.has("merges")):
-		if t.model, err = parseBPE(mo); err != nil {
+	case typ == "BPE" || (typ == "" && !isNull(model["merges"])):
+		if t.model, err = parseBPE(mo, model["vocab"], model["merges"]); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 	case typ == "":
@@ -137,7 +182,16 @@ func FromBytes(tokenizerJSON, config []byte) (*Tokenizer, error) {
 	if t.added, err = parseAddedTokens(f.AddedTokens, t.normalizer); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	t.buildIDTables()
+	if err := t.buildIDTables(); err != nil {
+		return nil, fmt.Errorf("tokenizer: tokenizer.json: %w", err)
+	}
+	if t.post != nil {
+		for _, id := range t.post.specialIDs(nil) {
+			if id < 0 || id >= len(t.idToToken) || !t.hasToken[id] {
+				return nil, fmt.Errorf("tokenizer: tokenizer.json: post_processor: special token id %d is not in the vocabulary", id)
+			}
+		}
+	}
 	if len(bytes.TrimSpace(config)) > 0 {
 		if t.config, err = parseConfig(config); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
@@ -161,13 +215,28 @@ func deferByteMapping(p preTokenizer) bool {
 	return false
 }
 
-func (t *Tokenizer) buildIDTables() {
-	size := 0
+// maxTokenID is the largest token id a tokenizer.json may use.
+const maxTokenID = 1 << 30
+
+// maxIDGap bounds how far token ids may run past the number of tokens: the id tables are
+// sized by the largest id, so a sparse id must not make them much larger than the file.
+const maxIDGap = 1 << 16
+
+func (t *Tokenizer) buildIDTables() error {
+	size, maxID := 0, 0
 	for _, id := range t.model.vocab {
-		size = max(size, int(id)+1)
+		if int(id) >= size {
+			size, maxID = int(id)+1, int(id)
+		}
 	}
 	for _, tok := range t.added.tokens {
-		size = max(size, tok.ID+1)
+		if tok.ID >= size {
+			size, maxID = tok.ID+1, tok.ID
+		}
+	}
+	count := len(t.model.vocab) + len(t.added.tokens)
+	if limit := 2*count + maxIDGap; size > limit {
+		return fmt.Errorf("token id %d is far beyond the %d tokens the file defines (ids must stay below %d)", maxID, count, limit)
 	}
 	t.idToToken = make([]string, size)
 	t.hasToken = make([]bool, size)
@@ -200,6 +269,7 @@ func (t *Tokenizer) buildIDTables() {
 	for id := range t.idToToken {
 		t.special[id] = t.hasToken[id] && specials[t.decodeToken[id]]
 	}
+	return nil
 }
 
 // EncodeOptions controls EncodeWith.
@@ -234,7 +304,11 @@ func (t *Tokenizer) EncodeWith(text string, opts EncodeOptions) ([]int, error) {
 	}
 	ids := make([]int, 0, len(text)/4+4)
 	skipSpecial := !opts.ParseSpecialTokens
+	budget := newGrowthBudget(len(text))
 	emit := func(p piece) error {
+		if err := budget.charge(len(p.text), "pre-tokenizer"); err != nil {
+			return err
+		}
 		var err error
 		ids, err = t.model.tokenize(p.text, t.lazyBytes, ids)
 		return err
@@ -248,7 +322,7 @@ func (t *Tokenizer) EncodeWith(text string, opts EncodeOptions) ([]int, error) {
 		s := seg.text
 		if t.normalizer != nil {
 			var err error
-			if s, err = t.normalizer.normalize(s); err != nil {
+			if s, err = normalizeText(t.normalizer, s, budget); err != nil {
 				return nil, err
 			}
 		}
@@ -258,7 +332,7 @@ func (t *Tokenizer) EncodeWith(text string, opts EncodeOptions) ([]int, error) {
 				ids = append(ids, sub.id)
 				continue
 			}
-			p := piece{text: sub.text, atStart: sub.atStart}
+			p := piece{text: sub.text, atStart: sub.atStart, budget: budget}
 			var err error
 			if t.pre != nil {
 				err = t.pre.split(p, emit)
