@@ -386,20 +386,28 @@ func (s selection) reportHeldOut(out io.Writer, base, conv *model.Model, presets
 		}
 		fmt.Fprintf(out, "  %s, next token (causal): %.4f\n", m.name, ce)
 	}
+	dense, label := conv, "converted"
 	if _, err := conv.TrainableParams(); err != nil {
-		fmt.Fprintf(out, "  (masked cross-entropy needs a dense model: %v)\n", err)
-		return nil
+		// The training forward needs dense layers: an FP8 checkpoint's weights, decoded.
+		if dense, err = loadAny(conv.Backend(), f.modelDir, conv.DType); err != nil {
+			return err
+		}
+		defer dense.Close()
+		if err := quant.Dequantize(dense); err != nil {
+			return err
+		}
+		label = "converted (FP8 weights decoded, activations unquantized)"
 	}
-	ev, err := train.EvaluateBlockDiffusion(s.ctx, conv, data, train.BlockDiffusionEvalOptions{
+	ev, err := train.EvaluateBlockDiffusion(s.ctx, dense, data, train.BlockDiffusionEvalOptions{
 		BlockSize: f.block, Batch: f.evalBatch, SeqLen: f.seq, MaxBatches: f.evalBatches,
 		BOS: conv.Config.BOSTokenID, MaskID: conv.Config.MaskTokenID, Seed: 1})
 	if err != nil {
 		return err
 	}
 	for k, v := range ev.Masked {
-		fmt.Fprintf(out, "  converted, %d of %d masked: %.4f (%d targets)\n", k+1, f.block-1, v, ev.Targets[k])
+		fmt.Fprintf(out, "  %s, %d of %d masked: %.4f (%d targets)\n", label, k+1, f.block-1, v, ev.Targets[k])
 	}
-	fmt.Fprintf(out, "  converted, next anchor at a commit: %.4f; fused guess with one mask left: %.4f\n", ev.Anchor, ev.Guess)
+	fmt.Fprintf(out, "  %s, next anchor at a commit: %.4f; fused guess with one mask left: %.4f\n", label, ev.Anchor, ev.Guess)
 	return nil
 }
 

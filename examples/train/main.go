@@ -32,6 +32,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/train"
 )
 
@@ -75,6 +76,7 @@ type flags struct {
 	batches                      string
 	calibPath, outDir            string
 	calibSeqs                    int
+	masked                       bool
 }
 
 func main() {
@@ -139,6 +141,7 @@ func main() {
 	flag.StringVar(&f.calibPath, "calib", "", "stage calibrate: token-ids file (the validation split) to calibrate on")
 	flag.IntVar(&f.calibSeqs, "calib-seqs", 64, "stage calibrate: windows of -seq tokens to calibrate on")
 	flag.StringVar(&f.outDir, "out", "", "stage calibrate: folder of the FP8 checkpoint")
+	flag.BoolVar(&f.masked, "masked", false, "stage eval: also the masked cross-entropy of blocks of -block by masks per block")
 	flag.Parse()
 	start := time.Now()
 	if err := run(f, start, os.Stdout); err != nil {
@@ -343,15 +346,36 @@ func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTyp
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(b, f.modelDir, model.LoadOptions{DType: dtype})
+	m, err := loadAny(b, f.modelDir, dtype)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	e, err := train.Evaluate(ctx, m, data, train.EvalOptions{Batch: f.batch, SeqLen: f.seq, BOS: m.Config.BOSTokenID, Bytes: f.heldOutBytes})
+	label := f.modelDir
+	if _, err := m.TrainableParams(); err != nil {
+		// Evaluation runs the training forward, which needs dense layers.
+		if err := quant.Dequantize(m); err != nil {
+			return err
+		}
+		label += " (FP8 weights decoded, activations unquantized)"
+	}
+	e, err := train.Evaluate(ctx, m, data, train.EvalOptions{Batch: f.evalBatch, SeqLen: f.seq, BOS: m.Config.BOSTokenID,
+		Bytes: f.heldOutBytes, MaxBatches: f.evalBatches})
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "%s: %s\n", f.modelDir, e)
+	if _, err = fmt.Fprintf(out, "%s: next token: %s\n", label, e); err != nil || !f.masked {
+		return err
+	}
+	ev, err := train.EvaluateBlockDiffusion(ctx, m, data, train.BlockDiffusionEvalOptions{
+		BlockSize: f.block, Batch: f.evalBatch, SeqLen: f.seq, MaxBatches: f.evalBatches,
+		BOS: m.Config.BOSTokenID, MaskID: m.Config.MaskTokenID, Seed: 1})
+	if err != nil {
+		return err
+	}
+	for k, v := range ev.Masked {
+		fmt.Fprintf(out, "%s: %d of %d masked: %.4f nats/token (%d targets)\n", label, k+1, f.block-1, v, ev.Targets[k])
+	}
+	_, err = fmt.Fprintf(out, "%s: next anchor at a commit %.4f, fused guess with one mask left %.4f\n", label, ev.Anchor, ev.Guess)
 	return err
 }
