@@ -8,9 +8,8 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
 
@@ -127,7 +126,7 @@ func WriteCheckpoint(dir string, cfg Config, params []Param, opts SaveOptions) e
 		if len(dims) != len(want.dims) || dims[0] != want.dims[0] || (len(dims) == 2 && dims[1] != want.dims[1]) {
 			return fmt.Errorf("model: parameter %q has shape %v, want %v", p.Name, dims, want.dims)
 		}
-		values, err := hostFloat32s(p.Tensor)
+		values, err := hostdata.Float32s(p.Tensor)
 		if err != nil {
 			return fmt.Errorf("model: reading %q: %w", p.Name, err)
 		}
@@ -211,23 +210,4 @@ func checkpointParts(cfg Config) ([]checkpointPart, error) {
 		matrix("lm_head.weight", h, []string{"lm_head.weight"}, []int{cfg.VocabSize})
 	}
 	return parts, nil
-}
-
-// hostFloat32s copies a Float32 or BFloat16 tensor's values to the host as float32.
-func hostFloat32s(t *tensors.Tensor) ([]float32, error) {
-	switch t.DType() {
-	case dtypes.Float32:
-		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		raw, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(raw))
-		for i, v := range raw {
-			out[i] = v.Float32()
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("dtype %s is not Float32 or BFloat16", t.DType())
 }

@@ -12,49 +12,13 @@ import (
 // configFields returns the fields of a config.json describing cfg, for models that have
 // none (such as [model.NewRandom] ones): model.ParseConfig reads them back to cfg.
 func configFields(cfg model.Config) (map[string]any, error) {
-	fields := map[string]any{
-		"architectures":           []string{cfg.Architecture},
-		"vocab_size":              cfg.VocabSize,
-		"hidden_size":             cfg.HiddenSize,
-		"intermediate_size":       cfg.IntermediateSize,
-		"num_hidden_layers":       cfg.NumLayers,
-		"num_attention_heads":     cfg.NumHeads,
-		"num_key_value_heads":     cfg.NumKVHeads,
-		"head_dim":                cfg.HeadDim,
-		"max_position_embeddings": cfg.MaxPositionEmbeddings,
-		"rms_norm_eps":            cfg.RMSNormEps,
-		"rope_theta":              cfg.RopeTheta,
-		"tie_word_embeddings":     cfg.TieWordEmbeddings,
-		"hidden_act":              "silu",
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"bos_token_id":            cfg.BOSTokenID,
-		"torch_dtype":             "bfloat16",
+	data, err := cfg.JSON()
+	if err != nil {
+		return nil, fmt.Errorf("quant: describing the model in a config.json: %w", err)
 	}
-	switch cfg.Architecture {
-	case model.ArchMiniCPM:
-		fields["model_type"] = "minicpm"
-		fields["scale_emb"] = cfg.ScaleEmb
-		fields["scale_depth"] = cfg.ScaleDepth
-		fields["dim_model_base"] = cfg.DimModelBase
-	case model.ArchLlama:
-		fields["model_type"] = "llama"
-	default:
-		return nil, fmt.Errorf("quant: cannot describe architecture %q in a config.json", cfg.Architecture)
-	}
-	if len(cfg.EOSTokenIDs) > 0 {
-		fields["eos_token_id"] = cfg.EOSTokenIDs
-	}
-	if cfg.MaskTokenID >= 0 {
-		fields["mask_token_id"] = cfg.MaskTokenID
-	}
-	if cfg.RopeFactors != nil {
-		fields["rope_scaling"] = map[string]any{
-			"rope_type":        "longrope",
-			"short_factor":     cfg.RopeFactors,
-			"long_factor":      cfg.RopeFactors,
-			"attention_factor": cfg.RopeAttentionFactor,
-		}
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, fmt.Errorf("quant: %w", err)
 	}
 	return fields, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -179,7 +180,7 @@ func forQuantizedWeights(t *testing.T, m *model.Model, fn func(nl model.NamedLin
 		}
 		d, ok := nl.Linear.(*model.Dense)
 		require.True(t, ok)
-		w, err := hostFloat32s(d.Weight)
+		w, err := hostdata.Float32s(d.Weight)
 		require.NoError(t, err)
 		fn(nl, d, w)
 	}

@@ -3,10 +3,7 @@ package quant
 import (
 	"fmt"
 
-	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
-	"github.com/gomlx/gomlx/core/tensors"
-
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -70,7 +67,7 @@ func QuantizeModel(m *model.Model, opts Options) error {
 
 // quantizeDense reads a dense layer's weight back from the device and quantizes it.
 func quantizeDense(m *model.Model, d *model.Dense, strategy Strategy, inputScale float32) (*FP8Linear, error) {
-	w, err := hostFloat32s(d.Weight)
+	w, err := hostdata.Float32s(d.Weight)
 	if err != nil {
 		return nil, err
 	}
@@ -95,23 +92,4 @@ func (l *FP8Linear) setInputScale(m *model.Model, s float32) error {
 	}
 	l.InputScale = t
 	return nil
-}
-
-// hostFloat32s reads a Float32 or BFloat16 tensor back as float32 values.
-func hostFloat32s(t *tensors.Tensor) ([]float32, error) {
-	switch t.DType() {
-	case dtypes.Float32:
-		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		src, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(src))
-		for i, v := range src {
-			out[i] = v.Float32()
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("reading a %s tensor: want Float32 or BFloat16", t.DType())
 }

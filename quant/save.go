@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -166,7 +167,7 @@ func (s *saver) addTensors() (untie bool, err error) {
 
 // addDense adds a Float32 or BFloat16 device tensor in the dense dtype.
 func (s *saver) addDense(name string, t *tensors.Tensor) error {
-	values, err := hostFloat32s(t)
+	values, err := hostdata.Float32s(t)
 	if err != nil {
 		return fmt.Errorf("quant: saving %s: %w", name, err)
 	}
@@ -185,7 +186,7 @@ func (s *saver) addLinear(layout linearLayout, lin model.Linear) error {
 	in := lin.InFeatures()
 	switch l := lin.(type) {
 	case *model.Dense:
-		values, err := hostFloat32s(l.Weight)
+		values, err := hostdata.Float32s(l.Weight)
 		if err != nil {
 			return err
 		}

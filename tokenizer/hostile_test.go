@@ -319,7 +319,7 @@ func TestLoadDirRefusesOddFiles(t *testing.T) {
 	dir = t.TempDir()
 	write(dir, "tokenizer.json", append(tj, bytes.Repeat([]byte(" "), 1000)...))
 	_, err = LoadDir(dir)
-	require.ErrorContains(t, err, "more than the 1000")
+	require.ErrorContains(t, err, "more than the limit of 1000") // internal/regularfile's words
 	_, err = Load(bytes.NewReader(append(tj, bytes.Repeat([]byte(" "), 1000)...)), nil)
 	require.ErrorContains(t, err, "more than the 1000")
 	write(dir, "tokenizer.json", tj)

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"fmt"
 	"io"
+
+	"github.com/blockdiff/blockdiff/internal/regularfile"
 )
 
 // Bounds on the files of a model folder. The largest real tokenizer.json files are a few
@@ -17,22 +19,7 @@ var (
 // which would block the read until someone writes to it, a device, a directory) is refused
 // before it is read.
 func readModelFile(path string, max int64) ([]byte, error) {
-	f, err := openNoBlock(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%v)", path, st.Mode().Type())
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d allowed", path, st.Size(), max)
-	}
-	return readAtMost(f, max, path)
+	return regularfile.ReadFile(path, max)
 }
 
 // readAtMost reads r to its end, failing beyond max bytes.

@@ -15,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -103,7 +104,7 @@ func (t *Trainer) writeCheckpoint(dir string, opts SaveOptions) error {
 	var w safetensors.Writer
 	for kind, list := range map[string][]*tensors.Tensor{"master": t.masters, "adam_m": t.moment1, "adam_v": t.moment2} {
 		for i, x := range list {
-			values, err := hostFloat32s(x)
+			values, err := hostdata.Float32s(x)
 			if err != nil {
 				return fmt.Errorf("train: reading %s of %s: %w", kind, t.params[i].Name, err)
 			}

@@ -6,11 +6,11 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -101,7 +101,7 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	}
 	t := &Trainer{cfg: cfg, dtype: dtype, m: m, backend: m.Backend(), params: params, sampler: sampler}
 	for _, p := range params {
-		values, err := hostFloat32s(p.Tensor)
+		values, err := hostdata.Float32s(p.Tensor)
 		if err != nil {
 			return nil, fmt.Errorf("train: reading %s: %w", p.Name, err)
 		}
@@ -301,23 +301,4 @@ func (t *Trainer) Close() error {
 		t.eval.prog.finalize()
 	}
 	return errors.Join(errs...)
-}
-
-// hostFloat32s copies a Float32 or BFloat16 tensor's values to the host as float32.
-func hostFloat32s(t *tensors.Tensor) ([]float32, error) {
-	switch t.DType() {
-	case dtypes.Float32:
-		return tensors.CopyFlatData[float32](t)
-	case dtypes.BFloat16:
-		raw, err := tensors.CopyFlatData[bfloat16.BFloat16](t)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]float32, len(raw))
-		for i, v := range raw {
-			out[i] = v.Float32()
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("dtype %s is not Float32 or BFloat16", t.DType())
 }
