@@ -359,7 +359,7 @@ func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTyp
 		}
 		label += " (FP8 weights decoded, activations unquantized)"
 	}
-	e, err := train.Evaluate(ctx, m, data, train.EvalOptions{Batch: f.evalBatch, SeqLen: f.seq, BOS: m.Config.BOSTokenID,
+	e, err := train.Evaluate(ctx, m, data, train.EvalOptions{Batch: f.batch, SeqLen: f.seq, BOS: m.Config.BOSTokenID,
 		Bytes: f.heldOutBytes, MaxBatches: f.evalBatches})
 	if err != nil {
 		return err
@@ -368,7 +368,7 @@ func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTyp
 		return err
 	}
 	ev, err := train.EvaluateBlockDiffusion(ctx, m, data, train.BlockDiffusionEvalOptions{
-		BlockSize: f.block, Batch: f.evalBatch, SeqLen: f.seq, MaxBatches: f.evalBatches,
+		BlockSize: f.block, Batch: f.batch, SeqLen: f.seq, MaxBatches: f.evalBatches,
 		BOS: m.Config.BOSTokenID, MaskID: m.Config.MaskTokenID, Seed: 1})
 	if err != nil {
 		return err
