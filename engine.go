@@ -67,7 +67,8 @@ type Result struct {
 // puts its weights on the device and returns an engine ready to generate. An FP8
 // (compressed-tensors) checkpoint loads through package quant, any other through
 // package model. Generation stops at the EOS tokens of config.json and at the
-// tokenizer's EOS token.
+// tokenizer's EOS token. ctx is checked before loading starts; loading itself runs to
+// its end.
 func Load(ctx context.Context, dir string, opts Options) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
