@@ -6,7 +6,18 @@
 // masked positions the model is confident about, so a block can take fewer forward
 // passes than it has tokens.
 //
-// The packages, in the order data flows through them:
+// [Load] opens a checkpoint folder and returns an [Engine]: the backend [backend.New]
+// picks, the model (in FP8 when the folder is a compressed-tensors FP8 checkpoint), its
+// tokenizer and the decoder presets of its generation_config.json:
+//
+//	engine, err := blockdiff.Load(ctx, dir, blockdiff.Options{}) // the "quality" preset
+//	defer engine.Close()
+//	res, err := engine.Generate(ctx, "Once upon a time")       // res.Text, res.Stats
+//	for piece, err := range engine.Stream(ctx, prompt) { … }    // text as blocks finish
+//	res, err = engine.Chat(ctx, []tokenizer.Message{{Role: "user", Content: "Hi!"}})
+//
+// The packages below it are for programs that need more control, in the order data
+// flows through them:
 //
 //   - [github.com/blockdiff/blockdiff/safetensors] reads and writes checkpoint files.
 //   - [github.com/blockdiff/blockdiff/model] builds the MiniCPM / Llama forward pass
@@ -19,17 +30,9 @@
 //     templates, exactly as Hugging Face tokenizers do.
 //   - [github.com/blockdiff/blockdiff/backend] picks XLA on CUDA when it finds a plugin,
 //     else the pure-Go backend.
+//   - [github.com/blockdiff/blockdiff/train] trains and converts models from token-ids
+//     files.
 //
-// A minimal program:
-//
-//	b, _, err := backend.New()
-//	m, err := model.Load(b, dir, model.LoadOptions{})
-//	tok, err := tokenizer.LoadDir(dir)
-//	ids, err := tok.EncodeChat([]tokenizer.Message{{Role: "user", Content: "Hi!"}},
-//		tokenizer.ChatOptions{AddGenerationPrompt: true})
-//	dec, err := diffusion.New(m, diffusion.DefaultConfig())
-//	res, err := dec.Generate(ctx, ids)
-//	fmt.Println(tok.Decode(res.Tokens, true))
-//
-// See examples/generate for streaming, and examples/bench for measurements.
+// examples/quickstart is the smallest program; examples/generate has every decoding
+// option, and examples/bench measures.
 package blockdiff

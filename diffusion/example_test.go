@@ -4,27 +4,45 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"slices"
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/diffusion"
-	"github.com/blockdiff/blockdiff/internal/demo"
+	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/tokenizer"
 )
 
-// Streaming generation: tokens arrive block by block, then the whole result.
+// Streaming generation: tokens arrive block by block, then the whole result. The model
+// is a tiny one with random weights behind a byte-level tokenizer, so its text is
+// noise; model.Load and tokenizer.LoadDir open a checkpoint.
 func ExampleDecoder_Stream() {
+	ctx := context.Background()
 	b, _, err := backend.New()
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := demo.Model(b) // a tiny random-weight model; use model.Load for a checkpoint
+	// 256 byte tokens, then BOS, EOS, pad and mask.
+	bpe, err := tokenizer.Train(ctx, slices.Values([]string{"Hello"}), tokenizer.TrainConfig{VocabSize: 260})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tok, err := bpe.Tokenizer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	bos, _ := tok.BOSTokenID()
+	eos, _ := tok.EOSTokenID()
+	mask, _ := tok.TokenToID(tokenizer.DefaultMaskToken)
+	m, err := model.NewRandom(b, model.Config{
+		Architecture: model.ArchLlama, VocabSize: tok.VocabSize(), HiddenSize: 128, IntermediateSize: 256,
+		NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 32, MaxPositionEmbeddings: 4096,
+		RMSNormEps: 1e-6, RopeTheta: 1e4, RopeAttentionFactor: 1, ScaleEmb: 1, DimModelBase: 128,
+		BOSTokenID: bos, EOSTokenIDs: []int{eos}, MaskTokenID: mask,
+	}, model.DefaultDType(b), 1)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	tok, err := demo.Tokenizer()
-	if err != nil {
-		log.Fatal(err)
-	}
 	prompt, err := tok.Encode("Hello")
 	if err != nil {
 		log.Fatal(err)
@@ -38,7 +56,7 @@ func ExampleDecoder_Stream() {
 	}
 	text := tok.NewDecodeStream(true)
 	streamed := 0
-	for chunk, err := range dec.Stream(context.Background(), prompt) {
+	for chunk, err := range dec.Stream(ctx, prompt) {
 		if err != nil {
 			log.Fatal(err)
 		}

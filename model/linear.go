@@ -42,7 +42,7 @@ func (d *Dense) Params() []*tensors.Tensor { return []*tensors.Tensor{d.Weight} 
 
 // Apply implements [Linear].
 func (d *Dense) Apply(x *Node, params []*Node) *Node {
-	return DenseApply(x, params[0])
+	return denseApply(x, params[0])
 }
 
 // ApplyFloat32 implements [Float32Linear]: the products accumulate and stay in float32.
@@ -60,9 +60,9 @@ func (d *Dense) InFeatures() int { return d.Weight.Shape().Dimensions[1] }
 // OutFeatures implements [Linear].
 func (d *Dense) OutFeatures() int { return d.Weight.Shape().Dimensions[0] }
 
-// DenseApply computes x·Wᵀ for x [..., in] and w [out, in], converting w to x's dtype
+// denseApply computes x·Wᵀ for x [..., in] and w [out, in], converting w to x's dtype
 // when they differ.
-func DenseApply(x, w *Node) *Node {
+func denseApply(x, w *Node) *Node {
 	if w.DType() != x.DType() {
 		w = ConvertDType(w, x.DType())
 	}

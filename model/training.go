@@ -184,7 +184,7 @@ func (m *Model) ForwardTraining(w *Weights, win TrainingWindow) *Node {
 		if compute == dtypes.Float32 {
 			return (&Dense{}).ApplyFloat32(x, []*Node{weight}) // Forward's product
 		}
-		return ConvertDType(DenseApply(x, weight), dtypes.Float32)
+		return ConvertDType(denseApply(x, weight), dtypes.Float32)
 	}
 	// normed is Forward's dense path: the row's 1/rms scales the product's output.
 	normed := func(weight, x, norm *Node, scale float64) *Node {

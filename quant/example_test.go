@@ -7,20 +7,27 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/diffusion"
-	"github.com/blockdiff/blockdiff/internal/demo"
+	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 )
 
 // Static FP8 activations: calibrate the unquantized model's inputs to every linear
 // layer, quantize its weights to FP8 with those input scales (W8A8), then decode as
 // with any model. examples/calibrate writes such a calibration to calibration.json
-// (Calibration.WriteFile) and quant.Load reads a checkpoint with it.
+// (Calibration.WriteFile) and quant.Load reads a checkpoint with it. The model is a
+// tiny one with random weights; model.Load opens a checkpoint.
 func Example() {
 	b, _, err := backend.New()
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := demo.Model(b) // a tiny random-weight model; use model.Load for a checkpoint
+	const bos, eos, mask = 256, 257, 258 // after the 256 byte tokens
+	m, err := model.NewRandom(b, model.Config{
+		Architecture: model.ArchLlama, VocabSize: 259, HiddenSize: 128, IntermediateSize: 256,
+		NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 32, MaxPositionEmbeddings: 4096,
+		RMSNormEps: 1e-6, RopeTheta: 1e4, RopeAttentionFactor: 1, ScaleEmb: 1, DimModelBase: 128,
+		BOSTokenID: bos, EOSTokenIDs: []int{eos}, MaskTokenID: mask,
+	}, model.DefaultDType(b), 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +53,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := dec.Generate(context.Background(), []int{demo.BOS, 'H', 'i'})
+	res, err := dec.Generate(context.Background(), []int{bos, 'H', 'i'})
 	if err != nil {
 		log.Fatal(err)
 	}
