@@ -97,36 +97,21 @@ func convertAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 	}
 	defer tr.Close()
 	log.Printf("step program compiled in %.1fs", time.Since(compileStart).Seconds())
-	if f.resume {
-		if _, err := os.Stat(filepath.Join(f.ckpt, train.StateFileName)); err == nil {
-			if err := tr.Restore(f.ckpt); err != nil {
-				return err
-			}
-			log.Printf("resumed from %s at step %d", f.ckpt, tr.Steps())
-		}
-	}
 	// Per clean token: two masks, each a doubled window (forward and backward), and the
 	// base's forward.
-	opts := train.RunOptions{
-		Steps: steps, LogEvery: f.logEvery, Log: os.Stderr,
-		Eval: heldOut, EvalEvery: f.evalEvery, EvalBatches: f.evalBatches,
-		CheckpointDir: f.ckpt, CheckpointEvery: f.ckptEvery, Save: train.SaveOptions{MaxShardBytes: f.shardBytes},
-		FlopsPerToken: 4*train.FlopsPerToken(cfg, 2*f.seq) + train.FlopsPerToken(cfg, f.seq)/3,
-	}
-	if !f.quiet {
-		opts.Progress = os.Stderr
-	}
-	if f.maxTime > 0 {
-		opts.Deadline = start.Add(f.maxTime - f.reserve)
-	}
-	rep, err := tr.Run(ctx, opts)
+	rep, err := resumeAndRun(ctx, tr, f, start, train.RunOptions{Steps: steps, Eval: heldOut,
+		FlopsPerToken: 4*train.FlopsPerToken(cfg, 2*f.seq) + train.FlopsPerToken(cfg, f.seq)/3})
 	if err != nil {
 		return err
 	}
 	if err := copyFiles(f.baseDir, f.ckpt, tokenizerFiles...); err != nil {
 		return err
 	}
-	return summary(out, rep, rep.Eval, nil, 0, time.Since(start))
+	var n int64
+	for _, p := range tr.Weights() {
+		n += int64(p.Tensor.Shape().Size())
+	}
+	return summary(out, rep, rep.Eval, nil, n, time.Since(start))
 }
 
 // parseList parses a comma-separated list of numbers.

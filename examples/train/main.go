@@ -272,26 +272,7 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 	}
 	defer tr.Close()
 	log.Printf("step program compiled in %.1fs", time.Since(compileStart).Seconds())
-	if f.resume && f.ckpt != "" {
-		if _, err := os.Stat(filepath.Join(f.ckpt, train.StateFileName)); err == nil {
-			if err := tr.Restore(f.ckpt); err != nil {
-				return err
-			}
-			log.Printf("resumed from %s at step %d", f.ckpt, tr.Steps())
-		}
-	}
-	opts := train.RunOptions{
-		Steps: steps, LogEvery: f.logEvery, Log: os.Stderr,
-		Eval: heldOut, EvalBytes: f.heldOutBytes, EvalEvery: f.evalEvery, EvalBatches: f.evalBatches,
-		CheckpointDir: f.ckpt, CheckpointEvery: f.ckptEvery, Save: train.SaveOptions{MaxShardBytes: f.shardBytes},
-	}
-	if !f.quiet {
-		opts.Progress = os.Stderr
-	}
-	if f.maxTime > 0 {
-		opts.Deadline = start.Add(f.maxTime - f.reserve)
-	}
-	rep, err := tr.Run(ctx, opts)
+	rep, err := resumeAndRun(ctx, tr, f, start, train.RunOptions{Steps: steps, Eval: heldOut, EvalBytes: f.heldOutBytes})
 	if err != nil {
 		return err
 	}
@@ -309,6 +290,31 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 		trainEval = &e
 	}
 	return summary(out, rep, rep.Eval, trainEval, n, time.Since(start))
+}
+
+// resumeAndRun restores tr from -ckpt when -resume asks and a checkpoint is there, then
+// runs it with opts completed from the flags: logs, evaluations, checkpoints, progress and
+// the -max-time deadline.
+func resumeAndRun(ctx context.Context, tr *train.Trainer, f flags, start time.Time, opts train.RunOptions) (train.Report, error) {
+	if f.resume && f.ckpt != "" {
+		if _, err := os.Stat(filepath.Join(f.ckpt, train.StateFileName)); err == nil {
+			if err := tr.Restore(f.ckpt); err != nil {
+				return train.Report{}, err
+			}
+			log.Printf("resumed from %s at step %d", f.ckpt, tr.Steps())
+		}
+	}
+	opts.LogEvery, opts.Log = f.logEvery, os.Stderr
+	opts.EvalEvery, opts.EvalBatches = f.evalEvery, f.evalBatches
+	opts.CheckpointDir, opts.CheckpointEvery = f.ckpt, f.ckptEvery
+	opts.Save = train.SaveOptions{MaxShardBytes: f.shardBytes}
+	if !f.quiet {
+		opts.Progress = os.Stderr
+	}
+	if f.maxTime > 0 {
+		opts.Deadline = start.Add(f.maxTime - f.reserve)
+	}
+	return tr.Run(ctx, opts)
 }
 
 // summary prints the run's figures as a table.
