@@ -54,11 +54,7 @@ func convertAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 	if f.baseDir == "" || f.trainPath == "" || f.ckpt == "" {
 		return errors.New("-stage convert needs -base, -train and -ckpt")
 	}
-	data, err := train.ReadTokens(f.trainPath)
-	if err != nil {
-		return err
-	}
-	heldOut, err := readOptional(f.heldOutPath)
+	data, heldOut, err := readSplits(f)
 	if err != nil {
 		return err
 	}

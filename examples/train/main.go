@@ -198,20 +198,27 @@ func readOptional(path string) (*train.Tokens, error) {
 	return train.ReadTokens(path)
 }
 
+// readSplits reads -train and, when given, -heldout, which must share a vocabulary.
+func readSplits(f flags) (data, heldOut *train.Tokens, err error) {
+	if data, err = train.ReadTokens(f.trainPath); err != nil {
+		return nil, nil, err
+	}
+	if heldOut, err = readOptional(f.heldOutPath); err != nil {
+		return nil, nil, err
+	}
+	if heldOut != nil && heldOut.Vocab != data.Vocab {
+		return nil, nil, fmt.Errorf("%s has a vocabulary of %d, %s of %d", f.heldOutPath, heldOut.Vocab, f.trainPath, data.Vocab)
+	}
+	return data, heldOut, nil
+}
+
 func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, start time.Time, out io.Writer) error {
 	if f.trainPath == "" {
 		return errors.New("-stage ar needs -train")
 	}
-	data, err := train.ReadTokens(f.trainPath)
+	data, heldOut, err := readSplits(f)
 	if err != nil {
 		return err
-	}
-	heldOut, err := readOptional(f.heldOutPath)
-	if err != nil {
-		return err
-	}
-	if heldOut != nil && heldOut.Vocab != data.Vocab {
-		return fmt.Errorf("%s has a vocabulary of %d, %s of %d", f.heldOutPath, heldOut.Vocab, f.trainPath, data.Vocab)
 	}
 	if len(data.IDs) == 0 {
 		return fmt.Errorf("%s holds no tokens", f.trainPath)
