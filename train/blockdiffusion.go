@@ -28,7 +28,9 @@ import (
 //   - guess (weight GuessWeight): the next block's anchor from the noisy block's last
 //     position, the fused mode's guess, which saves a forward when right;
 //   - kl (weight KLWeight): KL(base ‖ model) of the anchor's distribution against the frozen
-//     autoregressive base at the same positions, so that the model keeps its AR quality.
+//     autoregressive base at the same positions, so that the model keeps its AR quality;
+//     with KLAtFirstMasks, also at every noisy row that reads the first of a block's masked
+//     tail, where the right answer is the base's own next-token distribution.
 type BlockDiffusion struct {
 	// MaskID is the mask token's id (the checkpoint's mask_token_id).
 	MaskID int
@@ -36,6 +38,10 @@ type BlockDiffusion struct {
 	MinRate float64
 	// AnchorWeight, GuessWeight and KLWeight weigh the terms beside the masked one.
 	AnchorWeight, GuessWeight, KLWeight float64
+	// KLAtFirstMasks extends the KL term to the noisy rows q whose position q is clean and
+	// whose positions q+1 to the block's end are all masked: there the model sees the clean
+	// prefix and masks only, so its prediction of q+1 should be the base's (default false).
+	KLAtFirstMasks bool
 }
 
 // DefaultBlockDiffusion returns the objective's defaults for a mask token id: anchors and KL
@@ -72,6 +78,9 @@ type noisedWindows struct {
 	maskable, hit *Node
 	// anchorRows [b, L/4] int32 are the clean positions 4k+3, where the base is read.
 	anchorRows *Node
+	// firstMasks [2b, L] float32 (0 or 1) selects the noisy rows q that read the first of
+	// their block's masked tail: q clean, q+1 to the block's end masked (KLAtFirstMasks).
+	firstMasks *Node
 }
 
 // cleanRowsPer is the spacing of the clean copy's scored positions: every 4th, so that the
@@ -146,6 +155,19 @@ func (o BlockDiffusion) buildNoised(x0, segments, blockSize, rates, u *Node) noi
 	rowSeg := Gather(segs, stackIndices(g, 2*b, r, rowPos))
 	nextSeg := Gather(segs, stackIndices(g, 2*b, r, next))
 	valid := LogicalAnd(Equal(rowSeg, nextSeg), GreaterOrEqual(nextSeg, i32(0)))
+
+	// tailMasked[p]: p and every later position of p's block are masked. Blocks hold at
+	// most 8 positions (Curriculum.Validate), so 8 shifted looks cover any block.
+	blockEnd := Mul(AddScalar(Div(pos, blockSize), 1), blockSize) // [L]
+	tailMasked := masks
+	for d := 1; d < 8; d++ {
+		shifted := Concatenate([]*Node{SliceAxis(masks, 1, AxisRange(d, l)), BroadcastToDims(Const(g, true), 2*b, d)}, 1)
+		pastBlock := BroadcastToDims(InsertAxes(GreaterOrEqual(AddScalar(pos, float64(d)), blockEnd), 0), 2*b, l)
+		tailMasked = LogicalAnd(tailMasked, LogicalOr(pastBlock, shifted))
+	}
+	noisyNext := SliceAxis(next, 0, AxisRange(0, l)) // p = q+1, clamped to the window
+	firstMasks := LogicalAnd(LogicalAnd(LogicalNot(masks), Gather(tailMasked, stackIndices(g, 2*b, l, noisyNext))),
+		SliceAxis(LogicalAnd(valid, rowsOf(LogicalAnd(inWindow, LogicalNot(nextIsAnchor)))), 1, AxisRange(0, l)))
 	return noisedWindows{
 		win:        model.TrainingWindow{Tokens: tokens, Positions: positions, Visible: visible, LogitIndices: rowsOf(rows)},
 		targets:    Gather(clean, stackIndices(g, 2*b, r, next)),
@@ -155,6 +177,7 @@ func (o BlockDiffusion) buildNoised(x0, segments, blockSize, rates, u *Node) noi
 		maskable:   maskable,
 		hit:        hit,
 		anchorRows: BroadcastToDims(InsertAxes(cleanPos, 0), b, nc),
+		firstMasks: f32(firstMasks),
 	}
 }
 
@@ -185,21 +208,38 @@ func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, segment
 		}
 		sameDoc := Equal(InsertAxes(segments, 2), InsertAxes(segments, 1))
 		self := Equal(Iota(g, shapes.Make(dtypes.Int32, l, l), 0), Iota(g, shapes.Make(dtypes.Int32, l, l), 1))
+		baseRows := nw.anchorRows
+		if o.KLAtFirstMasks {
+			baseRows = BroadcastToDims(InsertAxes(Iota(g, shapes.Make(dtypes.Int32, l), 0), 0), b, l)
+		}
 		baseWin := model.TrainingWindow{
 			Tokens:       MaxScalar(x0, 0),
 			Positions:    BroadcastToDims(InsertAxes(Iota(g, shapes.Make(dtypes.Int32, l), 0), 0), b, l),
 			Visible:      LogicalOr(LogicalAnd(sameDoc, InsertAxes(model.CausalVisibility(g, l), 0)), InsertAxes(self, 0)),
-			LogitIndices: nw.anchorRows,
+			LogitIndices: baseRows,
 			DType:        dtype,
 		}
-		pBase := StopGradient(Softmax(m.ForwardTraining(base, baseWin))) // [b, L/4, v]
+		pBase := StopGradient(Softmax(m.ForwardTraining(base, baseWin))) // [b, rows, v]
 		pBase = Concatenate([]*Node{pBase, pBase}, 0)                    // both masks' rows
+		// klOf is KL(base ‖ ours) per row.
+		klOf := func(pBase, ours *Node) *Node {
+			logBase := Log(Max(pBase, Const(g, float32(1e-30))))
+			return ReduceSum(Mul(pBase, Sub(logBase, ours)), -1)
+		}
 		nc := l / cleanRowsPer
-		ours := SliceAxis(logp, 1, AxisRange(l, l+nc)) // the clean rows
-		logBase := Log(Max(pBase, Const(g, float32(1e-30))))
-		kl := ReduceSum(Mul(pBase, Sub(logBase, ours)), -1) // [2b, L/4]
+		anchorBase := pBase
+		if o.KLAtFirstMasks { // the base at every position; the anchors' rows are 4k+3
+			v := pBase.Shape().Dimensions[2]
+			anchorBase = Reshape(SliceAxis(Reshape(pBase, 2*b, nc, cleanRowsPer, v), 2, AxisElem(cleanRowsPer-1)), 2*b, nc, v)
+		}
 		sel := SliceAxis(nw.anchor, 1, AxisRange(l, l+nc))
-		terms.KL = Div(ReduceAllSum(Mul(kl, sel)), Max(ReduceAllSum(sel), Const(g, float32(1))))
+		sum := ReduceAllSum(Mul(klOf(anchorBase, SliceAxis(logp, 1, AxisRange(l, l+nc))), sel)) // the clean rows
+		count := ReduceAllSum(sel)
+		if o.KLAtFirstMasks {
+			sum = Add(sum, ReduceAllSum(Mul(klOf(pBase, SliceAxis(logp, 1, AxisRange(0, l))), nw.firstMasks)))
+			count = Add(count, ReduceAllSum(nw.firstMasks))
+		}
+		terms.KL = Div(sum, Max(count, Const(g, float32(1))))
 	}
 	terms.Loss = Add(Add(terms.Masked, MulScalar(terms.Anchor, o.AnchorWeight)),
 		Add(MulScalar(terms.Guess, o.GuessWeight), MulScalar(terms.KL, o.KLWeight)))

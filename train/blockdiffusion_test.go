@@ -41,6 +41,8 @@ type noisedHost struct {
 	masked  [][]float32
 	anchor  [][]float32
 	guess   [][]float32
+	// firstMasks are the noisy rows q with q clean and q+1 to its block's end masked.
+	firstMasks [][]float32
 }
 
 func referenceNoised(x0, segs [][]int32, blockSize int, rates, u [][]float32, o BlockDiffusion) noisedHost {
@@ -113,6 +115,21 @@ func referenceNoised(x0, segs [][]int32, blockSize int, rates, u [][]float32, o 
 			ms, an, gs = append(ms, m), append(an, a), append(gs, g)
 		}
 		h.targets, h.masked, h.anchor, h.guess = append(h.targets, tg), append(h.masked, ms), append(h.anchor, an), append(h.guess, gs)
+		fm := make([]float32, l)
+		for q := range l - 1 {
+			p := q + 1
+			if p%blockSize == 0 || masks[r][q] || segs[r%b][q] != segs[r%b][p] || segs[r%b][p] < 0 {
+				continue
+			}
+			tail := true
+			for k := p; k < (p/blockSize+1)*blockSize; k++ {
+				tail = tail && masks[r][k]
+			}
+			if tail {
+				fm[q] = 1
+			}
+		}
+		h.firstMasks = append(h.firstMasks, fm)
 	}
 	return h
 }
@@ -142,7 +159,7 @@ func TestBuildNoisedMatchesDefinition(t *testing.T) {
 		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
 		p, err := m.Compile("noised", inputs, func(_ *model.Weights, in []*Node) []*Node {
 			nw := o.buildNoised(in[0], in[1], in[2], in[3], in[4])
-			return []*Node{nw.win.Tokens, nw.win.Visible, nw.targets, nw.masked, nw.anchor, nw.guess}
+			return []*Node{nw.win.Tokens, nw.win.Visible, nw.targets, nw.masked, nw.anchor, nw.guess, nw.firstMasks}
 		})
 		require.NoError(t, err)
 		out, err := p.Run(tensors.FromValue(x0), tensors.FromValue(segs), tensors.FromValue(int32(blockSize)), tensors.FromValue(rates), tensors.FromValue(u))
@@ -153,13 +170,17 @@ func TestBuildNoisedMatchesDefinition(t *testing.T) {
 		require.Equal(t, want.masked, out[3].Value(), "masked rows, block %d", blockSize)
 		require.Equal(t, want.anchor, out[4].Value(), "anchor rows, block %d", blockSize)
 		require.Equal(t, want.guess, out[5].Value(), "guess rows, block %d", blockSize)
-		var masked float32
-		for _, row := range want.masked {
-			for _, v := range row {
-				masked += v
+		require.Equal(t, want.firstMasks, out[6].Value(), "rows before a masked tail, block %d", blockSize)
+		sum := func(rows [][]float32) (s float32) {
+			for _, row := range rows {
+				for _, v := range row {
+					s += v
+				}
 			}
+			return s
 		}
-		require.Positive(t, masked, "the draws mask something")
+		require.Positive(t, sum(want.masked), "the draws mask something")
+		require.Positive(t, sum(want.firstMasks), "the draws leave masked tails")
 	}
 }
 
@@ -228,8 +249,19 @@ func requireClose(t *testing.T, want, got []float32, msgAndArgs ...any) {
 // base the KL vanishes (a block's last position sees what causal attention sees), and every
 // term is a positive, finite mean.
 func TestBlockDiffusionLossTerms(t *testing.T) {
+	for _, firstMasks := range []bool{false, true} {
+		t.Run(map[bool]string{false: "anchors", true: "first masks"}[firstMasks], func(t *testing.T) {
+			testBlockDiffusionLossTerms(t, firstMasks)
+		})
+	}
+}
+
+// testBlockDiffusionLossTerms checks the terms; with firstMasks the KL also reads noisy rows,
+// which see masks the causal base does not, so against itself it is not zero.
+func testBlockDiffusionLossTerms(t *testing.T, firstMasks bool) {
 	m := tinyDiffusionModel(t)
 	o := DefaultBlockDiffusion(m.Config.MaskTokenID)
+	o.KLAtFirstMasks = firstMasks
 	const b, l = 2, 16
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
 	p, err := m.Compile("terms", inputs, func(w *model.Weights, in []*Node) []*Node {
@@ -253,8 +285,103 @@ func TestBlockDiffusionLossTerms(t *testing.T) {
 		require.Greater(t, v(i), 0.5, name) // random weights: near ln(48) nats
 		require.Less(t, v(i), 10.0, name)
 	}
-	require.InDelta(t, 0, v(4), 1e-5, "KL against itself")
-	want := v(1) + o.AnchorWeight*v(2) + o.GuessWeight*v(3)
+	if firstMasks {
+		require.Positive(t, v(4), "KL against itself at rows that see masks") // TestKLAtFirstMasksMatchesHost checks its value
+		require.Less(t, v(4), 10.0, "KL")
+	} else {
+		require.InDelta(t, 0, v(4), 1e-5, "KL against itself")
+	}
+	want := v(1) + o.AnchorWeight*v(2) + o.GuessWeight*v(3) + o.KLWeight*v(4)
 	require.InDelta(t, want, v(0), 1e-5)
 	require.InDelta(t, 0.5, v(5), 0.35, "masked fraction")
+}
+
+// TestKLAtFirstMasksMatchesHost checks the KL term with KLAtFirstMasks against a host
+// computation from the model's noisy-window logits and a different base's causal logits: the
+// mean over the anchors' clean rows and the noisy rows before a masked tail.
+func TestKLAtFirstMasksMatchesHost(t *testing.T) {
+	m := tinyDiffusionModel(t)
+	b0, _, err := backend.New()
+	require.NoError(t, err)
+	baseModel, err := model.NewRandom(b0, tinyDiffusionConfig(), dtypes.Float32, 9)
+	require.NoError(t, err)
+	defer baseModel.Close()
+	baseParams, err := baseModel.TrainableParams()
+	require.NoError(t, err)
+	o := DefaultBlockDiffusion(m.Config.MaskTokenID)
+	o.KLAtFirstMasks = true
+	const b, l, blockSize = 2, 16, 4
+	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
+	for _, p := range baseParams {
+		inputs = append(inputs, p.Tensor.Shape())
+	}
+	p, err := m.Compile("kl", inputs, func(w *model.Weights, in []*Node) []*Node {
+		base := m.BindWeights(in[4:])
+		terms := o.Loss(m, w, base, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
+		nw := o.buildNoised(in[0], nil, in[1], in[2], in[3])
+		return []*Node{terms.KL, m.ForwardTraining(w, nw.win), nw.anchor, nw.firstMasks}
+	})
+	require.NoError(t, err)
+	x0 := make([][]int32, b)
+	rates, u := make([][]float32, b), make([][]float32, b)
+	for i := range b {
+		x0[i], rates[i], u[i] = make([]int32, l), make([]float32, l), make([]float32, l)
+		for q := range l {
+			x0[i][q] = int32((i*19 + q*5 + 2) % 40)
+			rates[i][q], u[i][q] = 0.6, float32((q*7+i)%5)/5
+		}
+	}
+	ts := []*tensors.Tensor{tensors.FromValue(x0), tensors.FromValue(int32(blockSize)), tensors.FromValue(rates), tensors.FromValue(u)}
+	for _, p := range baseParams {
+		c, err := p.Tensor.LocalClone() // the base lives on a backend of its own
+		require.NoError(t, err)
+		ts = append(ts, c)
+	}
+	out, err := p.Run(ts...)
+	require.NoError(t, err)
+	logits := out[1].Value().([][][]float32)
+	anchor, first := out[2].Value().([][]float32), out[3].Value().([][]float32)
+	kl := func(pl, ql []float32) float64 { // KL(softmax(pl) ‖ softmax(ql))
+		lse := func(x []float32) float64 {
+			mx := math.Inf(-1)
+			for _, v := range x {
+				mx = math.Max(mx, float64(v))
+			}
+			s := 0.0
+			for _, v := range x {
+				s += math.Exp(float64(v) - mx)
+			}
+			return mx + math.Log(s)
+		}
+		lp, lq := lse(pl), lse(ql)
+		s := 0.0
+		for i := range pl {
+			lpi := float64(pl[i]) - lp
+			s += math.Exp(lpi) * (lpi - (float64(ql[i]) - lq))
+		}
+		return s
+	}
+	var sum, count float64
+	for r := range 2 * b {
+		toks := make([]int, l)
+		for q := range l {
+			toks[q] = int(x0[r%b][q])
+		}
+		baseLogits, err := baseModel.Logits(toks, 1)
+		require.NoError(t, err)
+		for q := range l {
+			if first[r][q] == 1 {
+				sum, count = sum+kl(baseLogits[q], logits[r][q]), count+1
+			}
+		}
+		for k := range l / 4 {
+			if anchor[r][l+k] == 1 {
+				sum, count = sum+kl(baseLogits[4*k+3], logits[r][l+k]), count+1
+			}
+		}
+	}
+	require.Greater(t, count, float64(2*b*(l/4-1)), "rows before masked tails are scored beside the anchors")
+	want := sum / count
+	require.Greater(t, want, 1e-3, "a different base disagrees")
+	require.InDelta(t, want, float64(out[0].Value().(float32)), 1e-5*(1+want))
 }

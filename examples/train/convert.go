@@ -76,9 +76,13 @@ func convertAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 		return err
 	}
 	o := train.DefaultBlockDiffusion(cfg.MaskTokenID)
-	o.AnchorWeight, o.GuessWeight, o.KLWeight = f.anchorWeight, f.guessWeight, f.klWeight
-	log.Printf("convert %s: %d steps of %d×%d tokens, blocks of %d until step %d then %d; weights: anchor %g, guess %g, KL %g",
-		f.baseDir, steps, f.batch, f.seq, cur.LargeBlock, cur.LargeUntil, cur.Block, o.AnchorWeight, o.GuessWeight, o.KLWeight)
+	o.AnchorWeight, o.GuessWeight, o.KLWeight, o.KLAtFirstMasks = f.anchorWeight, f.guessWeight, f.klWeight, f.klFirstMasks
+	klRows := "anchors"
+	if o.KLAtFirstMasks {
+		klRows += " and first masks"
+	}
+	log.Printf("convert %s: %d steps of %d×%d tokens, blocks of %d until step %d then %d; weights: anchor %g, guess %g, KL %g (at %s); lr %g → %g",
+		f.baseDir, steps, f.batch, f.seq, cur.LargeBlock, cur.LargeUntil, cur.Block, o.AnchorWeight, o.GuessWeight, o.KLWeight, klRows, f.lr, f.minLR)
 	compileStart := time.Now()
 	tr, err := train.New(base, data, train.Config{
 		DType: dtype, Batch: f.batch, SeqLen: f.seq,

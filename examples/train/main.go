@@ -77,6 +77,7 @@ type flags struct {
 	calibPath, outDir            string
 	calibSeqs                    int
 	masked                       bool
+	klFirstMasks                 bool
 }
 
 func main() {
@@ -129,6 +130,7 @@ func main() {
 	flag.Float64Var(&f.anchorWeight, "anchor-weight", 1, "stage convert: weight of the commit's next-anchor term")
 	flag.Float64Var(&f.guessWeight, "guess-weight", 0.5, "stage convert: weight of the fused guess's term")
 	flag.Float64Var(&f.klWeight, "kl-weight", 1, "stage convert: weight of the KL term to the frozen base (0: none)")
+	flag.BoolVar(&f.klFirstMasks, "kl-first-masks", false, "stage convert: the KL term also at the noisy rows before a block's masked tail")
 	flag.StringVar(&f.promptsPath, "prompts", "", "stage select: texts (gocorpus .jsonl.gz) of the validation split, whose documented functions prompt the sweep")
 	flag.StringVar(&f.evalPromptsPath, "eval-prompts", "", "stages select and calibrate: texts of the held-out split to report on")
 	flag.IntVar(&f.maxPrompts, "max-prompts", 64, "stage select: validation prompts")
