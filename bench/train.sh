@@ -1,22 +1,17 @@
 #!/usr/bin/env bash
-# The demo model, made on one H200 in two device commands on the same machine (the
-# second resumes what the first checkpointed in /tmp/run): the tokenizer's check against
+# The demo model, made on one H200 in one device command: the tokenizer's check against
 # Hugging Face tokenizers, the autoregressive model (examples/train -stage ar), its
-# conversion to block diffusion (convert: two recipes side by side on the GPU, the one
-# with the lower masked cross-entropy on the validation split kept), the decoder's presets
-# picked on the validation split (select) and the FP8 checkpoint calibrated on it
-# (calibrate).
+# conversion to block diffusion (convert), the decoder's presets picked on the validation
+# split (select) and the FP8 checkpoint calibrated on it (calibrate).
 #
 #   bash bench/train.sh build     here: the corpus, the binary and the data, into .gpu/
-#   bash bench/train.sh           there (carry .gpu): tokenizer check, AR model, the
-#                                 conversions' first part (~9.5 min)
-#   bash bench/train.sh finish    there, right after: the conversions resumed and
-#                                 finished, the pick, select, calibrate (~8.5 min); logs
-#                                 and the FP8 demo come back under $OUT
+#   bash bench/train.sh           there (carry .gpu): the pipeline, ~9.5 min; logs and the
+#                                 FP8 demo come back under $OUT
 #   bash bench/train.sh report [DIR]  there: DIR's (the shipped demo's) presets and its
 #                                 decoding at batch 1, 8, 64 (~1.5 min)
 #
-# The stages' budgets fit the device's 10-minute command limit.
+# The stages' budgets fit the device's 10-minute command limit; the conversion checkpoints
+# every 400 steps and resumes with -resume.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/train-run}
@@ -57,86 +52,48 @@ stage() { echo; echo "=== $* ($(date +%T))"; }
 began=$(date +%s)
 left() { echo $(($1 - ($(date +%s) - began)))s; } # what remains of a budget of $1 seconds
 
-# Two conversion recipes: learning rate 2e-4 to 2e-5 (a first recipe's 5e-4 moved the model
-# far from its base), KL to the base at the anchors, or at the anchors and the rows before a
-# block's masked tail. Both run on the GPU at once, without preallocation.
-RECIPES=(anchors first-masks)
-recipe_flags() { if [ "$1" = first-masks ]; then echo -kl-first-masks; fi; }
-plugin=$(python3 -c 'import site; print(site.getsitepackages()[0])')/jax_plugins/xla_cuda13/xla_cuda_plugin.so
-convert() { # $1 recipe, $2 wall budget
-  GOMLX_BACKEND="bdxla:$plugin,preallocate=false" \
-    $T -stage convert -quiet -resume -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
-    ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-32000000}" -lr 2e-4 -min-lr 2e-5 -warmup 200 -wd 0.1 \
-    -block 4 -large-block 8 -large-frac 0.3 -kl-weight 1 $(recipe_flags "$1") -log-every 200 -eval-batches 8 \
-    -ckpt /tmp/run/conv-"$1" -ckpt-every 400 -max-time "$2" -reserve 25s >>"$OUT/convert-$1.log" 2>&1
-}
-convert_all() { # $1 wall budget of each
-  for r in "${RECIPES[@]}"; do convert "$r" "$1" & done
-  wait
-  for r in "${RECIPES[@]}"; do echo "--- $r"; grep -v '^step ' "$OUT/convert-$r.log" | tail -14; done
-}
-
-if [ "${1:-}" != finish ]; then
-  rm -rf /tmp/run && mkdir -p /tmp/run
-  # xz may be missing there
-  python3 -c '
+# The conversion: learning rate 3e-4 to 3e-5 (a first recipe's 5e-4 without the KL term's
+# first-mask rows moved the model far from its base), KL to the base at the anchors and at
+# the rows before a block's masked tail, until CONVERT_END (380) seconds into the command.
+rm -rf /tmp/run && mkdir -p /tmp/run
+# xz may be missing there
+python3 -c '
 import lzma, shutil
 for src, dst in [(".gpu/train.xz", "/tmp/run/train"), (".gpu/data/train.ids.xz", "/tmp/run/train.ids")]:
     with lzma.open(src) as f, open(dst, "wb") as g:
         shutil.copyfileobj(f, g)'
-  chmod +x $T
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
-  heldout_bytes=$(python3 -c "import gzip, json; print(sum(len(json.loads(l)['text'].encode()) for l in gzip.open('$D/heldout.jsonl.gz') if not json.loads(l)['path'].startswith('synthetic/')))")
-  train_bytes=${TRAIN_BYTES:-42673627} # the train split's text (gocorpus)
+chmod +x $T
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
+heldout_bytes=$(python3 -c "import gzip, json; print(sum(len(json.loads(l)['text'].encode()) for l in gzip.open('$D/heldout.jsonl.gz') if not json.loads(l)['path'].startswith('synthetic/')))")
 
-  # The tokenizer's check runs on the CPU beside the AR model's training.
-  mkdir -p /tmp/run/g && cp -r $D/tokenizer $D/heldout.jsonl.gz /tmp/run/g/
-  (timeout 90 python3 internal/gocorpus/hfcheck.py /tmp/run/g 2>&1 | tail -20 >"$OUT/hfcheck.txt") &
+# The tokenizer's check runs on the CPU beside the AR model's training.
+mkdir -p /tmp/run/g && cp -r $D/tokenizer $D/heldout.jsonl.gz /tmp/run/g/
+(timeout 90 python3 internal/gocorpus/hfcheck.py /tmp/run/g 2>&1 | tail -20 >"$OUT/hfcheck.txt") &
 
-  stage "ar: hidden 512, 8 layers, GQA 8/2x64, FFN 1408, vocab 8192, B 32 x S 512"
-  $T -stage ar -quiet -train /tmp/run/train.ids -heldout $D/heldout.ids -heldout-bytes "$heldout_bytes" \
-    -train-bytes "$train_bytes" -tokenizer $D/tokenizer \
-    ${AR_SHAPE:--hidden 512 -layers 8 -heads 8 -kv-heads 2 -ffn 1408 -seq 512 -batch 32} -tokens "${AR_TOKENS:-80000000}" \
-    -lr 2e-3 -min-lr 2e-4 -warmup 200 -wd 0.1 -log-every 200 -eval-every 2000 -eval-batches 8 \
-    -ckpt /tmp/run/ar -max-time "${AR_TIME:-230s}" -reserve 40s 2>&1 | tee "$OUT/ar.log" | grep -v '^step '
-  wait
-  stage "tokenizer: ours against Hugging Face tokenizers on every held-out file"
-  cat "$OUT/hfcheck.txt"
+stage "ar: hidden 512, 8 layers, GQA 8/2x64, FFN 1408, vocab 8192, B 32 x S 512"
+$T -stage ar -quiet -train /tmp/run/train.ids -heldout $D/heldout.ids -heldout-bytes "$heldout_bytes" \
+  -tokenizer $D/tokenizer ${AR_SHAPE:--hidden 512 -layers 8 -heads 8 -kv-heads 2 -ffn 1408 -seq 512 -batch 32} \
+  -tokens "${AR_TOKENS:-80000000}" -lr 2e-3 -min-lr 2e-4 -warmup 200 -wd 0.1 -log-every 200 -eval-every 2000 \
+  -eval-batches 8 -ckpt /tmp/run/ar -max-time "${AR_TIME:-230s}" -reserve 30s 2>&1 | tee "$OUT/ar.log" | grep -v '^step '
+wait
+stage "tokenizer: ours against Hugging Face tokenizers on every held-out file"
+cat "$OUT/hfcheck.txt"
 
-  stage "convert, first part: ${RECIPES[*]}"
-  convert_all "$(left "${PART1_TIME:-570}")"
-  exit 0
-fi
-
-stage "convert, resumed: ${RECIPES[*]}"
-if [ ! -x $T ] || [ ! -d /tmp/run/ar ]; then
-  echo "no first part in /tmp/run: run 'bash bench/train.sh' first, on the same machine"
-  exit 1
-fi
-convert_all "${CONVERT_TIME:-290s}"
-
-stage "the recipe kept: the least masked cross-entropy (1, 2, 3 masks) plus next anchor, validation split"
-best='' bestScore=''
-for r in "${RECIPES[@]}"; do
-  $T -stage eval -masked -model /tmp/run/conv-"$r" -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 \
-    >"$OUT/validation-$r.txt" 2>&1
-  if ! grep -q ' masked: ' "$OUT/validation-$r.txt"; then cat "$OUT/validation-$r.txt"; continue; fi
-  score=$(awk '/ masked: /{s += $(NF-3)} /next anchor at a commit/{for (i = 1; i < NF; i++) if ($i == "commit") s += $(i+1)} END {printf "%.4f", s}' "$OUT/validation-$r.txt")
-  echo "$r: $score nats (sum)"
-  grep -v '^backend' "$OUT/validation-$r.txt"
-  if [ -z "$best" ] || awk "BEGIN {exit !($score < $bestScore)}"; then best=$r bestScore=$score; fi
-done
-echo "kept: $best" | tee "$OUT/kept.txt"
-ln -sfn /tmp/run/conv-"$best" /tmp/run/conv
+stage "convert: blocks of 8 then 4, KL to the AR base at anchors and first masks"
+$T -stage convert -quiet -resume -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
+  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-17000000}" -lr 3e-4 -min-lr 3e-5 -warmup 200 -wd 0.1 \
+  -block 4 -large-block 8 -large-frac 0.3 -kl-weight 1 -kl-first-masks -log-every 200 -eval-batches 8 \
+  -ckpt /tmp/run/conv -ckpt-every 400 -max-time "$(left "${CONVERT_END:-380}")" -reserve 20s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
+$T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 2>&1 | tee "$OUT/validation.txt"
 
 stage "select: the decoder's presets from the validation split, then the held-out report"
-timeout 130 $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
+timeout 110 $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
   -eval-prompts $D/heldout.jsonl.gz -heldout $D/heldout.ids -max-prompts "${PROMPTS:-64}" -max-eval-prompts "${PROMPTS:-64}" \
   -max-new "${MAX_NEW:-160}" -batch 16 -batches "${BATCHES:-1,8,64}" -seq "${SEQ:-512}" -eval-batch 16 -eval-batches 32 2>&1 | tee "$OUT/select.txt"
 
 stage "calibrate: FP8 static scales from the validation split; FP8 against bf16"
 rm -rf /tmp/run/demo
-timeout 75 $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
+timeout 70 $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
   -heldout $D/heldout.ids -eval-prompts $D/heldout.jsonl.gz -max-eval-prompts "${PROMPTS:-64}" -max-new "${MAX_NEW:-160}" -batch 16 \
   -seq "${SEQ:-512}" -calib-seqs 64 -eval-batches 32 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
 
@@ -147,5 +104,5 @@ cp /tmp/run/demo/*.safetensors "$OUT/" 2>/dev/null
 (cd "$OUT" && tar czf logs.tgz ./*.txt ./*.log && rm -f ./*.txt ./*.log)
 tar czf "$OUT/rest.tgz" -C /tmp/run demo/config.json demo/tokenizer.json demo/tokenizer_config.json \
   demo/generation_config.json demo/model.safetensors.index.json ar/config.json ar/trainer_state.json \
-  conv-anchors/trainer_state.json conv-first-masks/trainer_state.json conv/generation_config.json 2>/dev/null
+  conv/trainer_state.json conv/generation_config.json 2>/dev/null
 ls -la "$OUT"
