@@ -24,6 +24,8 @@ type Loss struct {
 // Inputs are an [Objective]'s inputs: the model, its weights bound to the step's
 // parameters, and one batch of rows (see [Rows]).
 type Inputs struct {
+	// Model is the trained model's implementation and Weights its weights as nodes of
+	// the step, which [Inputs.Forward] runs.
 	Model   *modelcore.Model
 	Weights *modelcore.Weights
 	// DType is the compute dtype.
@@ -42,12 +44,19 @@ type Inputs struct {
 	rng *Node // the random state, advanced by Uniform
 }
 
+// TrainingWindow is the input of [Inputs.Forward]: Tokens [b, w] int32 at explicit
+// Positions [b, w] int32 (which set the rotary angles; they may repeat) under an
+// explicit attention visibility Visible, [b, w, w] or [w, w] bool (query i attends to
+// key j; every query must see a key), reading no cache. LogitIndices [b, r] int32, when
+// set, selects the positions whose logits are computed.
+type TrainingWindow = modelcore.TrainingWindow
+
 // EvalStep is the step number evaluation programs give objectives: past any curriculum.
 const EvalStep = 1 << 30
 
-// Forward runs the model's training forward (modelcore.Model.ForwardTraining) in the
-// compute dtype.
-func (in *Inputs) Forward(win modelcore.TrainingWindow) *Node {
+// Forward runs the model's differentiable training forward in the compute dtype and
+// returns the float32 logits [b, r, v] (r the selected positions, all w by default).
+func (in *Inputs) Forward(win TrainingWindow) *Node {
 	win.DType = in.DType
 	return in.Model.ForwardTraining(in.Weights, win)
 }
@@ -71,7 +80,7 @@ func NextToken(in *Inputs) Loss {
 	next := func(x *Node) *Node { return SliceAxis(x, 1, AxisRange(1, s+1)) }
 	tokens, targets := first(in.Tokens), next(in.Tokens)
 	segments := first(in.Segments)
-	logits := in.Forward(modelcore.TrainingWindow{
+	logits := in.Forward(TrainingWindow{
 		Tokens:    MaxScalar(tokens, 0), // pads read any row; nothing sees them but pads
 		Positions: first(in.Positions),
 		Visible:   DocumentCausal(segments),
