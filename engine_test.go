@@ -13,6 +13,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
@@ -100,7 +101,7 @@ func TestLoadGenerateStream(t *testing.T) {
 	require.Equal(t, 0.8, cfg.Threshold, "the folder's quality preset")
 	require.Equal(t, 12, cfg.MaxNewTokens)
 	require.Equal(t, diffusion.Fused, cfg.Mode)
-	_, isFP8 := e.Model().Layers[0].QKV.(*quant.FP8Linear)
+	_, isFP8 := modelcore.Of(e.Model()).Layers[0].QKV.(*quant.FP8Linear)
 	require.False(t, isFP8, "a float checkpoint loads dense")
 
 	const prompt = "func main() {"
@@ -225,8 +226,8 @@ func TestLoadFP8(t *testing.T) {
 			e, err := Load(ctx, dir, Options{Backend: b, FP8: tc.quantized, MaxNewTokens: 8})
 			require.NoError(t, err)
 			defer e.Close()
-			for _, l := range e.Model().Layers {
-				for _, lin := range []model.Linear{l.QKV, l.O, l.GateUp, l.Down} {
+			for _, l := range modelcore.Of(e.Model()).Layers {
+				for _, lin := range []modelcore.Linear{l.QKV, l.O, l.GateUp, l.Down} {
 					require.IsType(t, &quant.FP8Linear{}, lin)
 				}
 			}
@@ -275,7 +276,7 @@ func TestLoadOwnBackend(t *testing.T) {
 	dir := checkpoint(t, b, false, -1)
 	e, err := Load(context.Background(), dir, Options{MaxNewTokens: 4})
 	require.NoError(t, err)
-	require.NotSame(t, b, e.Model().Backend())
+	require.NotSame(t, b, modelcore.Of(e.Model()).Backend())
 	res, err := e.Generate(context.Background(), "for i")
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(res.Tokens), 4)

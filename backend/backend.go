@@ -40,7 +40,7 @@ const ourBackend = "bdxla"
 // InPlaceMarker, in a program parameter's name followed by an output's index (e.g.
 // "input_3~output=5"), asks our backend to write that output into the parameter's buffer
 // when the parameter is donated (hlo.InPlaceMarker, which this package cannot import;
-// model.InPlace names parameters so). Other backends ignore it.
+// modelcore.InPlace names parameters so). Other backends ignore it.
 const InPlaceMarker = "~output="
 
 // cudaOptions are appended to an auto-detected or BLOCKDIFF_PJRT_PLUGIN plugin path:

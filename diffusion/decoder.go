@@ -14,6 +14,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -24,7 +25,7 @@ import (
 // run meanwhile. Compiled programs are kept by the model and shared by decoders of the
 // same mode, block size and sampling.
 type Decoder struct {
-	m     *model.Model
+	m     *modelcore.Model
 	cfg   Config
 	loop  *loop
 	stops []int // EOS and the configured stop tokens
@@ -34,7 +35,8 @@ type Decoder struct {
 
 // New returns a decoder for m. The model's mask token is required except in
 // autoregressive mode.
-func New(m *model.Model, cfg Config) (*Decoder, error) {
+func New(pub *model.Model, cfg Config) (*Decoder, error) {
+	m := modelcore.Of(pub)
 	if m == nil || m.Backend() == nil {
 		return nil, errors.New("diffusion: no model (nil, or not made by model.Load, FromCheckpoint or NewRandom)")
 	}
@@ -176,7 +178,7 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	B, b := l.block, len(prompts)
 	// Room for the prompt, the new tokens, and the window (padded) of the last block
 	// and the anchor guess block past it: a window lies within the cache (see
-	// model.Window). Rounded up so that similar requests share compiled programs, to a
+	// modelcore.Window). Rounded up so that similar requests share compiled programs, to a
 	// multiple of 128 slots, which XLA's attention products do not pad (finer than 256,
 	// and faster at batch 64).
 	capacity := roundUp(maxPrompt+cfg.MaxNewTokens+B+l.windowFor(b), 128)
@@ -454,10 +456,10 @@ func (d *Decoder) collectTrace(results []*Result, revealedT, startsT, itersT *te
 
 // prefillProgram compiles (once) the prefill of b prompts into a cache of capacity
 // positions, the prompts' full blocks padded to width.
-func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error) {
+func (d *Decoder) prefillProgram(b, capacity, width int) (*modelcore.Program, error) {
 	return d.program(fmt.Sprintf("prefill/%d/%d/%d", b, capacity, width),
 		[]shapes.Shape{shapes.Make(dtypes.Int32, b, capacity), shapes.Make(dtypes.Int32, b, width)},
-		func(w *model.Weights, p params, in []*Node) []*Node {
+		func(w *modelcore.Weights, p params, in []*Node) []*Node {
 			return d.loop.prefill(w, p, in[0], in[1]).nodes()
 		})
 }
@@ -467,15 +469,15 @@ func (d *Decoder) prefillProgram(b, capacity, width int) (*model.Program, error)
 // (see chunkReadShapes), its outputs the same, each written in place of its input:
 // chunk after chunk, every buffer keeps its address, and XLA need not update the loop's
 // CUDA graphs for new ones. The read-back inputs' values are unused.
-func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*model.Program, error) {
+func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*modelcore.Program, error) {
 	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
 	state := stateShapes(d.m, b, d.loop.block, capacity)
 	inputs := slices.Concat(state, chunkReadShapes(b, d.loop.block, capacity, maxIters))
-	opts := make([]model.ProgramOption, len(inputs))
+	opts := make([]modelcore.ProgramOption, len(inputs))
 	for i := range inputs {
-		opts[i] = model.InPlace(numParams+i, i)
+		opts[i] = modelcore.InPlace(numParams+i, i)
 	}
-	return d.program(key, inputs, func(w *model.Weights, p params, in []*Node) []*Node {
+	return d.program(key, inputs, func(w *modelcore.Weights, p params, in []*Node) []*Node {
 		s, revealed, starts, iters := d.loop.chunk(w, p, fromNodes(in[:len(state)]), maxIters, inWhile)
 		return append(s.nodes(), summary(s), revealed, starts, iters)
 	}, opts...)
@@ -490,11 +492,11 @@ func chunkReadShapes(b, block, capacity, maxIters int) []shapes.Shape {
 
 // programBuild builds a program's outputs from the weights, the common parameters and
 // its own inputs.
-type programBuild func(w *model.Weights, p params, in []*Node) []*Node
+type programBuild func(w *modelcore.Weights, p params, in []*Node) []*Node
 
 // program returns a compiled program, compiling it on first use. Its inputs are the
 // parameters (see [params]) followed by inputs; opts count inputs so too.
-func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild, opts ...model.ProgramOption) (*model.Program, error) {
+func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild, opts ...modelcore.ProgramOption) (*modelcore.Program, error) {
 	l := d.loop
 	b := inputs[0].Dimensions[0]
 	scalar := func(dt dtypes.DType) shapes.Shape { return shapes.Make(dt) }
@@ -504,7 +506,7 @@ func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild,
 		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32), scalar(dtypes.Int32),
 	}, inputs...)
 	key = fmt.Sprintf("diffusion/%s/%d/%d/%t/%t/%t/%s", l.mode, l.block, l.window, l.sampling, l.topK, l.topP, key)
-	return d.m.CachedProgram(key, all, func(w *model.Weights, in []*Node) []*Node {
+	return d.m.CachedProgram(key, all, func(w *modelcore.Weights, in []*Node) []*Node {
 		return build(w, paramsFrom(in[:numParams]), in[numParams:])
 	}, opts...)
 }

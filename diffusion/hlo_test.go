@@ -11,6 +11,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -45,7 +46,7 @@ func TestProgramsBuildOnHLO(t *testing.T) {
 
 // requireStableHLO checks that p was built as a StableHLO module, with a While when
 // loop is set.
-func requireStableHLO(t *testing.T, p *model.Program, loop bool) {
+func requireStableHLO(t *testing.T, p *modelcore.Program, loop bool) {
 	t.Helper()
 	text, err := hlo.Program(p.Graph().Executable())
 	require.NoError(t, err)

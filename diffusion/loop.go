@@ -6,7 +6,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
 	"github.com/blockdiff/blockdiff/backend"
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // loop builds the decoding graphs of one shape of decoding: the prompt's prefill and
@@ -14,7 +14,7 @@ import (
 // structure is fixed here; thresholds, limits and stop tokens are inputs ([params]), so
 // one compiled program serves every configuration of a mode and block size.
 type loop struct {
-	m          *model.Model
+	m          *modelcore.Model
 	mode       Mode
 	block      int  // B
 	window     int  // positions per forward: B, or 2B in fused mode, before windowFor pads it
@@ -145,7 +145,7 @@ func (l *loop) newBlock(anchor *Node) (tokens, masked *Node) {
 // iterate runs one forward for every row and applies the transition of its mode. It
 // returns the new state, the tokens each row's denoise step revealed [b, B] (-1
 // elsewhere), and the rows whose block became clean.
-func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, record, clean *Node) {
+func (l *loop) iterate(w *modelcore.Weights, s *state, p params) (next *state, record, clean *Node) {
 	g := s.seq.Graph()
 	B, W := l.block, l.windowFor(s.seq.Shape().Dimensions[0])
 	fused := l.mode == Fused
@@ -164,7 +164,7 @@ func (l *loop) iterate(w *model.Weights, s *state, p params) (next *state, recor
 	logitIdx = MinScalar(MaxScalar(logitIdx, 0), W-1)
 	counters := Add(MulScalar(ConvertDType(InsertAxes(s.forwards, -1), dtypes.Uint32), B+1),
 		ConvertDType(rowIota(g, B+1), dtypes.Uint32))
-	win := model.Window{
+	win := modelcore.Window{
 		Tokens:       readAt(s.seq, start, W),
 		Start:        start,
 		CacheLen:     start,

@@ -7,26 +7,26 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // prefill builds the initial state: it writes the prompts' full blocks into a new
 // cache and, for prompts that end on a block boundary, places the anchor read from the
 // last prompt position. seq [b, s] holds the prompts followed by MASK; tokens [b, w]
 // holds their full blocks (padded).
-func (l *loop) prefill(w *model.Weights, p params, seq, tokens *Node) *state {
+func (l *loop) prefill(w *modelcore.Weights, p params, seq, tokens *Node) *state {
 	g := seq.Graph()
 	B := l.block
 	b, capacity := seq.Shape().Dimensions[0], seq.Shape().Dimensions[1]
 	full := MulScalar(DivScalar(p.promptLen, B), B) // C: the prompt's full blocks
-	cache := &model.CacheNodes{}
+	cache := &modelcore.CacheNodes{}
 	for range l.m.Config.NumLayers {
 		cache.K = append(cache.K, Zeros(g, l.m.CacheShape(b, capacity)))
 		cache.V = append(cache.V, Zeros(g, l.m.CacheShape(b, capacity)))
 	}
 	zeros := ZerosLike(p.promptLen)
 	last := InsertAxes(MaxScalar(SubScalar(full, 1), 0), -1)
-	logits, cache := l.m.Forward(w, model.Window{
+	logits, cache := l.m.Forward(w, modelcore.Window{
 		Tokens: tokens, Start: zeros, WriteLen: full, BlockSize: B, LogitIndices: last,
 	}, cache, nil)
 	// The anchor draw uses counter B, which no iteration uses (they start at B+1).
@@ -67,18 +67,18 @@ func (l *loop) prefill(w *model.Weights, p params, seq, tokens *Node) *state {
 // The Go backend compiles closures before its optimisation passes rewrite them (its
 // implicit-broadcast fusion then leaves their nodes unscheduled), so there the host
 // runs the iterations one program execution each; XLA runs them all in the While.
-func (l *loop) chunk(w *model.Weights, p params, s *state, maxIters int, inWhile bool) (out *state, revealed, starts, iters *Node) {
+func (l *loop) chunk(w *modelcore.Weights, p params, s *state, maxIters int, inWhile bool) (out *state, revealed, starts, iters *Node) {
 	g := s.seq.Graph()
 	b := s.seq.Shape().Dimensions[0]
 	// Loop state: the decoder state, then the iteration, the blocks finished per row,
-	// and the trace. Its initial values use uncached constants (see model.Weights.While).
+	// and the trace. Its initial values use uncached constants (see modelcore.Weights.While).
 	zeros := func(dims ...int) *Node { return ConstTensor(g, tensors.FromShape(shapes.Make(dtypes.Int32, dims...))) }
 	init := append(s.nodes(), zeros(), zeros(b), zeros(maxIters, b, l.block), zeros(maxIters, b))
 	n := len(init)
 	split := func(in []*Node) (st *state, iter, blocks, rev, sts *Node) {
 		return fromNodes(in[:n-4]), in[n-4], in[n-3], in[n-2], in[n-1]
 	}
-	body := func(w *model.Weights, in []*Node, p params) []*Node {
+	body := func(w *modelcore.Weights, in []*Node, p params) []*Node {
 		st, iter, blocks, rev, sts := split(in)
 		next, record, clean := l.iterate(w, st, p)
 		g := iter.Graph()
@@ -91,13 +91,13 @@ func (l *loop) chunk(w *model.Weights, p params, s *state, maxIters int, inWhile
 	if !inWhile {
 		final = body(w, init, p)
 	} else {
-		cond := func(_ *model.Weights, in, inv []*Node) []*Node {
+		cond := func(_ *modelcore.Weights, in, inv []*Node) []*Node {
 			st, iter, blocks, _, _ := split(in)
 			g := iter.Graph()
 			waiting := LogicalAnd(LogicalNot(st.done), LessThan(blocks, paramsFrom(inv).chunkBlocks))
 			return []*Node{LogicalAnd(LessThan(iter, Const(g, int32(maxIters))), anyTrue(waiting))}
 		}
-		final = w.While(init, p.nodes(), cond, func(w *model.Weights, in, inv []*Node) []*Node {
+		final = w.While(init, p.nodes(), cond, func(w *modelcore.Weights, in, inv []*Node) []*Node {
 			return body(w, in, paramsFrom(inv))
 		})
 	}

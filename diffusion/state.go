@@ -5,7 +5,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // state is the decoder's state on the device, per row of the batch (b rows, block size
@@ -28,11 +28,11 @@ type state struct {
 	// failed [b] bool: the model's logits were not finite (NaN or infinite); the row is
 	// done and its tokens mean nothing.
 	failed *Node
-	cache  *model.CacheNodes
+	cache  *modelcore.CacheNodes
 }
 
 // stateShapes lists the shapes of a state's nodes in the order of state.nodes.
-func stateShapes(m *model.Model, batch, block, capacity int) []shapes.Shape {
+func stateShapes(m *modelcore.Model, batch, block, capacity int) []shapes.Shape {
 	rowInt := shapes.Make(dtypes.Int32, batch)
 	rowBool := shapes.Make(dtypes.Bool, batch)
 	list := []shapes.Shape{
@@ -53,7 +53,7 @@ func (s *state) nodes() []*Node {
 
 func fromNodes(n []*Node) *state {
 	return &state{seq: n[0], blockStart: n[1], masked: n[2], pending: n[3], done: n[4], stopped: n[5],
-		forwards: n[6], steps: n[7], commits: n[8], remasks: n[9], failed: n[10], cache: model.CacheNodesFrom(n[numStateNodes:])}
+		forwards: n[6], steps: n[7], commits: n[8], remasks: n[9], failed: n[10], cache: modelcore.CacheNodesFrom(n[numStateNodes:])}
 }
 
 // numStateNodes is the number of state nodes besides the cache.

@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // BenchmarkLinearApply times one linear layer [n, n] on activations [1, tokens, n] in
@@ -32,8 +32,8 @@ func BenchmarkLinearApply(b *testing.B) {
 		xt := tensors.FromFlatDataAndDimensions(x, 1, tokens, n)
 		variants := []struct {
 			name string
-			lin  model.Linear
-		}{{"dense", &model.Dense{Weight: tensors.FromFlatDataAndDimensions(w, n, n)}}}
+			lin  modelcore.Linear
+		}{{"dense", &modelcore.Dense{Weight: tensors.FromFlatDataAndDimensions(w, n, n)}}}
 		for _, strategy := range []Strategy{StrategyChannel, StrategyTensor} {
 			for _, input := range []float32{0, 0.01} {
 				for _, decoder := range []Decoder{DecoderLUT, DecoderBits} {
@@ -45,7 +45,7 @@ func BenchmarkLinearApply(b *testing.B) {
 					}
 					variants = append(variants, struct {
 						name string
-						lin  model.Linear
+						lin  modelcore.Linear
 					}{fmt.Sprintf("fp8-%s-%s-%s", strategy, mode, []string{"lut", "bits"}[decoder]), l})
 				}
 			}

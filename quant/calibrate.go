@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -71,7 +72,7 @@ func Calibrate(m *model.Model, sequences [][]int, opts CalibrateOptions) (*Calib
 		p, ok := programs[len(seq)]
 		if !ok {
 			var err error
-			if p, err = compileAmax(m, len(seq), block); err != nil {
+			if p, err = compileAmax(modelcore.Of(m), len(seq), block); err != nil {
 				return nil, err
 			}
 			programs[len(seq)] = p
@@ -115,25 +116,25 @@ func checkSequence(seq []int, cfg model.Config) error {
 
 // amaxProgram computes every linear layer's input amax for sequences of one length.
 type amaxProgram struct {
-	program *model.Program
+	program *modelcore.Program
 	names   []string // Layer names, in the order of the program's outputs.
 }
 
 // compileAmax compiles the forward pass of one sequence of the given length, whose
 // outputs are max |x| (float32 scalars) of each linear layer's input x.
-func compileAmax(m *model.Model, length, block int) (*amaxProgram, error) {
+func compileAmax(m *modelcore.Model, length, block int) (*amaxProgram, error) {
 	p := &amaxProgram{}
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, length)}
 	var err error
 	p.program, err = m.Compile(fmt.Sprintf("quant_calibrate_%d_%d", length, block), inputs,
-		func(w *model.Weights, in []*graph.Node) []*graph.Node {
+		func(w *modelcore.Weights, in []*graph.Node) []*graph.Node {
 			var outputs []*graph.Node
 			observe := func(name string, x *graph.Node) {
 				p.names = append(p.names, name)
 				outputs = append(outputs, graph.ReduceAllMax(graph.Abs(graph.ConvertDType(x, dtypes.Float32))))
 			}
 			start := graph.Const(in[0].Graph(), []int32{0})
-			m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, observe)
+			m.Forward(w, modelcore.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, observe)
 			return outputs
 		})
 	if err != nil {

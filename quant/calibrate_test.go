@@ -17,6 +17,7 @@ import (
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -26,7 +27,7 @@ func TestLayerNames(t *testing.T) {
 	require.NoError(t, err)
 	defer m.Close()
 	var names []string
-	for _, nl := range m.Linears() {
+	for _, nl := range modelcore.Of(m).Linears() {
 		names = append(names, nl.Name)
 	}
 	assert.Equal(t, names, LayerNames(m.Config))
@@ -207,18 +208,18 @@ func TestQuantizedWhileLoop(t *testing.T) {
 
 	const steps = 3
 	tokens := shapes.Make(dtypes.Int32, 1, 4)
-	step := func(w *model.Weights, tok *graph.Node) *graph.Node {
+	step := func(w *modelcore.Weights, tok *graph.Node) *graph.Node {
 		g := tok.Graph()
-		win := model.Window{Tokens: tok, Start: graph.Const(g, []int32{0}), BlockSize: 4}
-		logits, _ := m.Forward(w, win, nil, nil)
+		win := modelcore.Window{Tokens: tok, Start: graph.Const(g, []int32{0}), BlockSize: 4}
+		logits, _ := modelcore.Of(m).Forward(w, win, nil, nil)
 		return graph.ConvertDType(graph.ArgMax(logits, -1), dtypes.Int32)
 	}
-	loop, err := m.Compile("fp8_while", []shapes.Shape{tokens}, func(w *model.Weights, in []*graph.Node) []*graph.Node {
+	loop, err := modelcore.Of(m).Compile("fp8_while", []shapes.Shape{tokens}, func(w *modelcore.Weights, in []*graph.Node) []*graph.Node {
 		init := []*graph.Node{graph.Const(in[0].Graph(), int32(0)), in[0]}
-		cond := func(_ *model.Weights, st, _ []*graph.Node) []*graph.Node {
+		cond := func(_ *modelcore.Weights, st, _ []*graph.Node) []*graph.Node {
 			return []*graph.Node{graph.LessThan(st[0], graph.Const(st[0].Graph(), int32(steps)))}
 		}
-		body := func(w *model.Weights, st, _ []*graph.Node) []*graph.Node {
+		body := func(w *modelcore.Weights, st, _ []*graph.Node) []*graph.Node {
 			return []*graph.Node{graph.Add(st[0], graph.Const(st[0].Graph(), int32(1))), step(w, st[1])}
 		}
 		return []*graph.Node{w.While(init, nil, cond, body)[1]}
@@ -235,11 +236,11 @@ func TestQuantizedWhileLoop(t *testing.T) {
 		}
 	}
 	require.Positive(t, closures)
-	if !backend.RunsLoopsOnDevice(m.Backend()) {
-		t.Skipf("backend %s does not run decoding loops on the device", m.Backend().Name())
+	if !backend.RunsLoopsOnDevice(modelcore.Of(m).Backend()) {
+		t.Skipf("backend %s does not run decoding loops on the device", modelcore.Of(m).Backend().Name())
 	}
 
-	single, err := m.Compile("fp8_step", []shapes.Shape{tokens}, func(w *model.Weights, in []*graph.Node) []*graph.Node {
+	single, err := modelcore.Of(m).Compile("fp8_step", []shapes.Shape{tokens}, func(w *modelcore.Weights, in []*graph.Node) []*graph.Node {
 		return []*graph.Node{step(w, in[0])}
 	})
 	require.NoError(t, err)

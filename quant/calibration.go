@@ -124,7 +124,7 @@ func (c *Calibration) Check(cfg model.Config, quantizeHead bool) error {
 }
 
 // LayerNames lists the linear layers of a model configuration, in forward order, as
-// [model.Model.Linears] names them: per decoder layer i "model.layers.{i}.self_attn.qkv_proj",
+// the model names them: per decoder layer i "model.layers.{i}.self_attn.qkv_proj",
 // "….self_attn.o_proj", "….mlp.gate_up_proj", "….mlp.down_proj", then "lm_head".
 func LayerNames(cfg model.Config) []string {
 	layouts := linearLayouts(cfg)

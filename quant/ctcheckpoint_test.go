@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -282,9 +283,9 @@ func TestLoadCompressedTensors(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.qc != "", fp8)
 			m := loadFP8(t, dir, Options{})
-			for _, nl := range m.Linears() {
+			for _, nl := range modelcore.Of(m).Linears() {
 				if nl.Name == HeadName {
-					assert.IsType(t, &model.Dense{}, nl.Linear)
+					assert.IsType(t, &modelcore.Dense{}, nl.Linear)
 					continue
 				}
 				checkFusedLayer(t, ck, nl)
@@ -314,7 +315,7 @@ func TestLoadCompressedTensors(t *testing.T) {
 }
 
 // checkFusedLayer checks a loaded layer against the modules it fuses.
-func checkFusedLayer(t *testing.T, ck *ctCheckpoint, nl model.NamedLinear) {
+func checkFusedLayer(t *testing.T, ck *ctCheckpoint, nl modelcore.NamedLinear) {
 	t.Helper()
 	l, ok := nl.Linear.(*FP8Linear)
 	require.True(t, ok, "%s is %T", nl.Name, nl.Linear)

@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -14,7 +15,8 @@ import (
 // exact values (byte decoded × scale, rounded once to the model's dtype), so that code
 // that needs dense layers (training, the training forward's evaluations) can run an FP8
 // checkpoint's weights. Activations are no longer quantized. Dense layers are kept.
-func Dequantize(m *model.Model) error {
+func Dequantize(pub *model.Model) error {
+	m := modelcore.Of(pub)
 	for _, nl := range m.Linears() {
 		q, ok := nl.Linear.(*FP8Linear)
 		if !ok {
@@ -50,7 +52,7 @@ func Dequantize(m *model.Model) error {
 		default:
 			return fmt.Errorf("quant: dequantizing into %s: want Float32 or BFloat16", m.DType)
 		}
-		nl.Set(&model.Dense{Weight: w})
+		nl.Set(&modelcore.Dense{Weight: w})
 		for _, t := range []*tensors.Tensor{q.Weight, q.WeightScale, q.InputScale} {
 			if t != nil {
 				_ = t.FinalizeAll()

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/stretchr/testify/require"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -22,13 +23,13 @@ func TestDequantize(t *testing.T) {
 	require.NoError(t, err)
 	defer m.Close()
 	require.NoError(t, QuantizeModel(m, Options{}))
-	_, err = m.TrainableParams()
+	_, err = modelcore.Of(m).TrainableParams()
 	require.Error(t, err, "FP8 layers cannot be trained")
 	tokens := []int{1, 5, 9, 13, 17, 21, 25, 29}
 	want, err := m.Logits(tokens, 4)
 	require.NoError(t, err)
 	require.NoError(t, Dequantize(m))
-	_, err = m.TrainableParams()
+	_, err = modelcore.Of(m).TrainableParams()
 	require.NoError(t, err)
 	got, err := m.Logits(tokens, 4)
 	require.NoError(t, err)

@@ -25,7 +25,7 @@
 //
 // # FP8 linear layers
 //
-// [FP8Linear] is a [model.Linear] holding uint8 weights [out, in] and a float32 weight
+// [FP8Linear] is a linear layer holding uint8 weights [out, in] and a float32 weight
 // scale (a scalar, or [out]), and optionally a static input scale. Apply quantizes the
 // activation in the graph when it has an input scale (x/s rounded to E4M3 with
 // saturation), decodes the weight to the compute dtype without scale, multiplies, and

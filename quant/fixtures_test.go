@@ -13,6 +13,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/internal/fixtures"
 	"github.com/blockdiff/blockdiff/internal/hostdata"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -121,7 +122,7 @@ func e4m3RoundingNoise(t *testing.T, m *model.Model) float64 {
 	t.Helper()
 	var sum float64
 	var n int
-	forQuantizedWeights(t, m, func(_ model.NamedLinear, d *model.Dense, w []float32) {
+	forQuantizedWeights(t, m, func(_ modelcore.NamedLinear, d *modelcore.Dense, w []float32) {
 		in := d.InFeatures()
 		q := make([]uint8, in)
 		for row := 0; row < len(w); row += in {
@@ -154,13 +155,13 @@ func noisyModel(t *testing.T, dir string, noise float64) *model.Model {
 	t.Helper()
 	m := loadDense(t, dir)
 	rng := rand.New(rand.NewPCG(7, 8))
-	forQuantizedWeights(t, m, func(nl model.NamedLinear, d *model.Dense, w []float32) {
+	forQuantizedWeights(t, m, func(nl modelcore.NamedLinear, d *modelcore.Dense, w []float32) {
 		for i := range w {
 			w[i] *= float32(1 + noise*rng.NormFloat64())
 		}
-		noisy := &model.Dense{Weight: tensors.FromFlatDataAndDimensions(w, d.Weight.Shape().Dimensions...)}
+		noisy := &modelcore.Dense{Weight: tensors.FromFlatDataAndDimensions(w, d.Weight.Shape().Dimensions...)}
 		nl.Set(noisy)
-		if d.Weight == m.Embed {
+		if d.Weight == modelcore.Of(m).Embed {
 			// A tied head stays the embedding, which Close frees.
 			t.Cleanup(func() { _ = noisy.Weight.FinalizeAll() })
 		} else {
@@ -172,13 +173,13 @@ func noisyModel(t *testing.T, dir string, noise float64) *model.Model {
 
 // forQuantizedWeights calls fn with each linear FP8 quantizes (all but the head) of a
 // dense model, and its weights on the host.
-func forQuantizedWeights(t *testing.T, m *model.Model, fn func(nl model.NamedLinear, d *model.Dense, w []float32)) {
+func forQuantizedWeights(t *testing.T, m *model.Model, fn func(nl modelcore.NamedLinear, d *modelcore.Dense, w []float32)) {
 	t.Helper()
-	for _, nl := range m.Linears() {
+	for _, nl := range modelcore.Of(m).Linears() {
 		if nl.Name == "lm_head" {
 			continue
 		}
-		d, ok := nl.Linear.(*model.Dense)
+		d, ok := nl.Linear.(*modelcore.Dense)
 		require.True(t, ok)
 		w, err := hostdata.Float32s(d.Weight)
 		require.NoError(t, err)

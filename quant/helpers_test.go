@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -91,7 +92,7 @@ func loadFP8(t *testing.T, dir string, opts Options) *model.Model {
 // layers take in bfloat16 (2 bytes per weight).
 func linearMemory(t *testing.T, m *model.Model) (fp8, bf16 int64) {
 	t.Helper()
-	for _, nl := range m.Linears() {
+	for _, nl := range modelcore.Of(m).Linears() {
 		if l, ok := nl.Linear.(*FP8Linear); ok {
 			fp8 += l.Bytes()
 			bf16 += 2 * int64(l.OutFeatures()*l.InFeatures())

@@ -15,7 +15,7 @@ type linearLayout struct {
 }
 
 // linearLayouts lists the linear layers of a configuration in forward order, as
-// [model.Model.Linears] does, with the checkpoint modules they fuse (as model.Load reads
+// the model lists them (modelcore.Model.Linears), with the checkpoint modules they fuse (as model.Load reads
 // them).
 func linearLayouts(cfg model.Config) []linearLayout {
 	d, h := cfg.HeadDim, cfg.HiddenSize

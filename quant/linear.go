@@ -12,12 +12,12 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/internal/kernels"
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // FP8Linear is a linear layer y = x·Wᵀ whose weight is stored as FP8 E4M3FN bytes with
 // float32 scales, optionally with a static scale that quantizes its input to FP8 too
-// (W8A8). It implements [model.Linear].
+// (W8A8). It implements [modelcore.Linear].
 //
 // The weight value of element [o, i] is DecodeE4M3(Weight[o, i]) × scale, where the scale
 // is WeightScale (per tensor) or WeightScale[o] (per output channel).
@@ -70,7 +70,7 @@ func (d Decoder) decode(x *graph.Node, dtype dtypes.DType) *graph.Node {
 	return DecodeE4M3NodeLUT(x, dtype, nil)
 }
 
-var _ model.Linear = (*FP8Linear)(nil)
+var _ modelcore.Linear = (*FP8Linear)(nil)
 
 // NewFP8Linear puts an FP8 layer on the backend's device: weight holds out×in E4M3FN
 // bytes, row-major [out, in]; weightScales holds one scale (per tensor) or out scales
@@ -136,7 +136,7 @@ func uploadFloat32s(backend compute.Backend, values []float32, dims ...int) (*te
 	return t, nil
 }
 
-// Params implements [model.Linear]: the weight, its scale, then the input scale if any.
+// Params implements [modelcore.Linear]: the weight, its scale, then the input scale if any.
 func (l *FP8Linear) Params() []*tensors.Tensor {
 	if l.InputScale == nil {
 		return []*tensors.Tensor{l.Weight, l.WeightScale}
@@ -144,12 +144,12 @@ func (l *FP8Linear) Params() []*tensors.Tensor {
 	return []*tensors.Tensor{l.Weight, l.WeightScale, l.InputScale}
 }
 
-// Apply implements [model.Linear]: x [..., in] to [..., out] in x's dtype.
+// Apply implements [modelcore.Linear]: x [..., in] to [..., out] in x's dtype.
 func (l *FP8Linear) Apply(x *graph.Node, params []*graph.Node) *graph.Node {
 	return graph.ConvertDType(l.ApplyFloat32(x, params), x.DType())
 }
 
-// ApplyFloat32 implements [model.Float32Linear]: x [..., in] to [..., out] in float32,
+// ApplyFloat32 implements modelcore.Float32Linear: x [..., in] to [..., out] in float32,
 // scaled before any rounding.
 func (l *FP8Linear) ApplyFloat32(x *graph.Node, params []*graph.Node) *graph.Node {
 	dtype := x.DType()
@@ -178,10 +178,10 @@ func (l *FP8Linear) ApplyFloat32(x *graph.Node, params []*graph.Node) *graph.Nod
 	return graph.Mul(y, factor)
 }
 
-// InFeatures implements [model.Linear].
+// InFeatures implements [modelcore.Linear].
 func (l *FP8Linear) InFeatures() int { return l.Weight.Shape().Dimensions[1] }
 
-// OutFeatures implements [model.Linear].
+// OutFeatures implements [modelcore.Linear].
 func (l *FP8Linear) OutFeatures() int { return l.Weight.Shape().Dimensions[0] }
 
 // Strategy reports the granularity of the weight scale: [StrategyTensor] or

@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
 
 // HeadName is the name of the output projection, as a layer and as a checkpoint module.
 const HeadName = "lm_head"
 
-var _ model.LinearLoader = Options{}
+var _ modelcore.LinearLoader = Options{}
 
-// LoadLinear implements [model.LinearLoader]; see [Options].
-func (o Options) LoadLinear(src *model.LinearSource) (model.Linear, error) {
+// LoadLinear implements [modelcore.LinearLoader]; see [Options].
+func (o Options) LoadLinear(src *modelcore.LinearSource) (modelcore.Linear, error) {
 	if err := o.Strategy.validate(); err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (o Options) LoadLinear(src *model.LinearSource) (model.Linear, error) {
 	}
 	head := src.Name == HeadName
 	if !fp8 && (head && !o.QuantizeHead || !head && o.Checkpoint != nil) {
-		return model.DenseLoader{}.LoadLinear(src)
+		return modelcore.DenseLoader{}.LoadLinear(src)
 	}
 	var l *FP8Linear
 	if fp8 {
@@ -45,7 +45,7 @@ func (o Options) LoadLinear(src *model.LinearSource) (model.Linear, error) {
 
 // storedAsFP8 reports whether the parts' weights are F8_E4M3 (all of them) or float (all
 // of them), checking them against the checkpoint's quantization_config when given.
-func (o Options) storedAsFP8(src *model.LinearSource) (bool, error) {
+func (o Options) storedAsFP8(src *modelcore.LinearSource) (bool, error) {
 	var fp8, dense []string
 	for i, part := range src.Parts {
 		info, err := src.Checkpoint.Info(part+".weight", src.OutFeatures[i], src.InFeatures)
@@ -77,7 +77,7 @@ func (o Options) storedAsFP8(src *model.LinearSource) (bool, error) {
 }
 
 // quantizeAtLoad reads float weights, concatenates the parts and quantizes them.
-func (o Options) quantizeAtLoad(src *model.LinearSource) (*FP8Linear, error) {
+func (o Options) quantizeAtLoad(src *modelcore.LinearSource) (*FP8Linear, error) {
 	total := 0
 	for _, out := range src.OutFeatures {
 		total += out
@@ -115,7 +115,7 @@ type fp8Part struct {
 // scales concatenate; if every part has a per-tensor scale, parts are requantized to the
 // largest (vLLM's rule), and otherwise per-tensor parts become per-channel; the input
 // scale is the largest of the parts' (vLLM's rule), unless a calibration overrides it.
-func (o Options) loadFP8(src *model.LinearSource) (*FP8Linear, error) {
+func (o Options) loadFP8(src *modelcore.LinearSource) (*FP8Linear, error) {
 	parts := make([]fp8Part, len(src.Parts))
 	perTensor, withInput := 0, 0
 	for i, name := range src.Parts {
@@ -169,7 +169,7 @@ func (o Options) loadFP8(src *model.LinearSource) (*FP8Linear, error) {
 
 // readFP8Part reads one module's F8_E4M3 weight [out, in], its weight_scale and its
 // optional input_scale, checking shapes (and the quantization_config, when known).
-func (o Options) readFP8Part(src *model.LinearSource, name string, out int) (fp8Part, error) {
+func (o Options) readFP8Part(src *modelcore.LinearSource, name string, out int) (fp8Part, error) {
 	ckpt := src.Checkpoint
 	_, raw, err := ckpt.Raw(name+".weight", out, src.InFeatures)
 	if err != nil {
@@ -235,7 +235,7 @@ func (o Options) readFP8Part(src *model.LinearSource, name string, out int) (fp8
 
 // readFloat32s reads a float tensor of the given dimensions (any, when none) as float32,
 // through Raw so that load progress counts it.
-func readFloat32s(ckpt *model.CheckpointReader, name string, dims ...int) ([]float32, error) {
+func readFloat32s(ckpt *modelcore.CheckpointReader, name string, dims ...int) ([]float32, error) {
 	info, raw, err := ckpt.Raw(name, dims...)
 	if err != nil {
 		return nil, fmt.Errorf("quant: %w", err)
@@ -253,7 +253,7 @@ func readFloat32s(ckpt *model.CheckpointReader, name string, dims ...int) ([]flo
 }
 
 // readScales reads a float scale tensor and checks that its values are positive and finite.
-func readScales(ckpt *model.CheckpointReader, name string) ([]float32, error) {
+func readScales(ckpt *modelcore.CheckpointReader, name string) ([]float32, error) {
 	values, err := readFloat32s(ckpt, name)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/blockdiff/blockdiff/internal/hostdata"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -18,12 +19,13 @@ import (
 // Programs the model compiled before are dropped and recompile on their next use. The
 // options and the calibration are checked before any layer changes; an error afterwards
 // (such as a non-finite weight) leaves the model partly quantized, to be closed.
-func QuantizeModel(m *model.Model, opts Options) error {
+func QuantizeModel(pub *model.Model, opts Options) error {
+	m := modelcore.Of(pub)
 	if err := opts.Strategy.validate(); err != nil {
 		return err
 	}
 	if opts.Calibration != nil {
-		if err := opts.Calibration.Check(m.Config, opts.QuantizeHead); err != nil {
+		if err := opts.Calibration.Check(pub.Config, opts.QuantizeHead); err != nil {
 			return err
 		}
 	}
@@ -46,7 +48,7 @@ func QuantizeModel(m *model.Model, opts Options) error {
 					return fmt.Errorf("quant: %s: %w", nl.Name, err)
 				}
 			}
-		case *model.Dense:
+		case *modelcore.Dense:
 			q, err := quantizeDense(m, lin, opts.Strategy, inputScale)
 			if err != nil {
 				return fmt.Errorf("quant: %s: %w", nl.Name, err)
@@ -66,7 +68,7 @@ func QuantizeModel(m *model.Model, opts Options) error {
 }
 
 // quantizeDense reads a dense layer's weight back from the device and quantizes it.
-func quantizeDense(m *model.Model, d *model.Dense, strategy Strategy, inputScale float32) (*FP8Linear, error) {
+func quantizeDense(m *modelcore.Model, d *modelcore.Dense, strategy Strategy, inputScale float32) (*FP8Linear, error) {
 	w, err := hostdata.Float32s(d.Weight)
 	if err != nil {
 		return nil, err
@@ -80,7 +82,7 @@ func quantizeDense(m *model.Model, d *model.Dense, strategy Strategy, inputScale
 }
 
 // setInputScale replaces the layer's input scale (a new device scalar).
-func (l *FP8Linear) setInputScale(m *model.Model, s float32) error {
+func (l *FP8Linear) setInputScale(m *modelcore.Model, s float32) error {
 	t, err := uploadFloat32s(m.Backend(), []float32{s})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/internal/hostdata"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -55,7 +56,7 @@ func Save(m *model.Model, dir string, opts SaveOptions) error {
 	if err := checkSameShape(config, m.Config); err != nil {
 		return err
 	}
-	s := &saver{m: m, dense: dense, schemes: map[schemeKey][]string{}}
+	s := &saver{m: modelcore.Of(m), dense: dense, schemes: map[schemeKey][]string{}}
 	untie, err := s.addTensors()
 	if err != nil {
 		return err
@@ -121,7 +122,7 @@ type schemeKey struct {
 
 // saver collects a model's tensors for writing.
 type saver struct {
-	m       *model.Model
+	m       *modelcore.Model
 	dense   safetensors.DType
 	w       safetensors.Writer
 	schemes map[schemeKey][]string // FP8 modules by scheme
@@ -147,13 +148,13 @@ func (s *saver) addTensors() (untie bool, err error) {
 		return false, err
 	}
 	linears := m.Linears()
-	for i, layout := range linearLayouts(m.Config) {
+	for i, layout := range linearLayouts(model.Config(m.Config)) {
 		lin := linears[i].Linear
 		if linears[i].Name != layout.name {
 			return false, fmt.Errorf("quant: the model's layer %d is %s, expected %s", i, linears[i].Name, layout.name)
 		}
 		if layout.name == HeadName {
-			if d, ok := lin.(*model.Dense); ok && d.Weight == m.Embed {
+			if d, ok := lin.(*modelcore.Dense); ok && d.Weight == m.Embed {
 				continue // Tied: the embedding is the head.
 			}
 			untie = m.Config.TieWordEmbeddings
@@ -175,7 +176,7 @@ func (s *saver) addDense(name string, t *tensors.Tensor) error {
 }
 
 // addLinear adds a layer's modules, splitting its rows among them.
-func (s *saver) addLinear(layout linearLayout, lin model.Linear) error {
+func (s *saver) addLinear(layout linearLayout, lin modelcore.Linear) error {
 	total := 0
 	for _, out := range layout.outs {
 		total += out
@@ -185,7 +186,7 @@ func (s *saver) addLinear(layout linearLayout, lin model.Linear) error {
 	}
 	in := lin.InFeatures()
 	switch l := lin.(type) {
-	case *model.Dense:
+	case *modelcore.Dense:
 		values, err := hostdata.Float32s(l.Weight)
 		if err != nil {
 			return err

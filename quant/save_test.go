@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -151,7 +152,7 @@ func TestQuantizeRandomModelSave(t *testing.T) {
 			cal, err := Calibrate(m, seqs, CalibrateOptions{})
 			require.NoError(t, err)
 			require.NoError(t, QuantizeModel(m, Options{Calibration: cal, QuantizeHead: head}))
-			_, isFP8 := m.Head.(*FP8Linear)
+			_, isFP8 := modelcore.Of(m).Head.(*FP8Linear)
 			assert.Equal(t, head, isFP8)
 			tokens := []int{1, 5, 9, 13, 2, 7, 30, 31}
 			want, err := m.Logits(tokens, 4)

@@ -6,7 +6,7 @@ import (
 
 // AdamW holds the optimizer's constants. Weight decay is decoupled (Loshchilov and
 // Hutter), applied as PyTorch's torch.optim.AdamW applies it, to the parameters that
-// model.Param.Decays marks.
+// modelcore.Param.Decays marks.
 type AdamW struct {
 	Beta1, Beta2, Eps, WeightDecay float64
 }

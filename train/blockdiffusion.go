@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph code reads best unqualified, as in GoMLX.
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // BlockDiffusion is the objective that converts an autoregressive model into a block-diffusion
@@ -68,7 +68,7 @@ type BlockDiffusionTerms struct {
 
 // noisedWindows is the doubled input of one conversion step and what its logits are scored on.
 type noisedWindows struct {
-	win model.TrainingWindow // tokens [2b, 2L]: x_t ‖ x_0, for the mask and its complement
+	win modelcore.TrainingWindow // tokens [2b, 2L]: x_t ‖ x_0, for the mask and its complement
 	// targets [2b, r] int32 are the tokens after the scored rows win.LogitIndices selects:
 	// the noisy copy's positions 0..L-1, then the clean copy's positions 4k+3.
 	targets *Node
@@ -169,7 +169,7 @@ func (o BlockDiffusion) buildNoised(x0, segments, blockSize, rates, u *Node) noi
 	firstMasks := LogicalAnd(LogicalAnd(LogicalNot(masks), Gather(tailMasked, stackIndices(g, 2*b, l, noisyNext))),
 		SliceAxis(LogicalAnd(valid, rowsOf(LogicalAnd(inWindow, LogicalNot(nextIsAnchor)))), 1, AxisRange(0, l)))
 	return noisedWindows{
-		win:        model.TrainingWindow{Tokens: tokens, Positions: positions, Visible: visible, LogitIndices: rowsOf(rows)},
+		win:        modelcore.TrainingWindow{Tokens: tokens, Positions: positions, Visible: visible, LogitIndices: rowsOf(rows)},
 		targets:    Gather(clean, stackIndices(g, 2*b, r, next)),
 		masked:     f32(LogicalAnd(valid, LogicalAnd(nextMasked, rowsOf(LogicalAnd(isNoisy, inWindow))))),
 		anchor:     f32(LogicalAnd(valid, rowsOf(LogicalAnd(nextIsAnchor, LogicalNot(isNoisy))))),
@@ -186,7 +186,7 @@ func (o BlockDiffusion) buildNoised(x0, segments, blockSize, rates, u *Node) noi
 // frozen base's weights base (nil when KLWeight is 0). blockSize is an int32 scalar node;
 // rates and u are [b, L] float32 uniform draws in [0, 1) (see buildNoised). dtype is the
 // compute dtype.
-func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, segments, blockSize, rates, u *Node, dtype dtypes.DType) BlockDiffusionTerms {
+func (o BlockDiffusion) Loss(m *modelcore.Model, w, base *modelcore.Weights, x0, segments, blockSize, rates, u *Node, dtype dtypes.DType) BlockDiffusionTerms {
 	g := x0.Graph()
 	b, l := x0.Shape().Dimensions[0], x0.Shape().Dimensions[1]
 	nw := o.buildNoised(x0, segments, blockSize, rates, u)
@@ -212,10 +212,10 @@ func (o BlockDiffusion) Loss(m *model.Model, w, base *model.Weights, x0, segment
 		if o.KLAtFirstMasks {
 			baseRows = BroadcastToDims(InsertAxes(Iota(g, shapes.Make(dtypes.Int32, l), 0), 0), b, l)
 		}
-		baseWin := model.TrainingWindow{
+		baseWin := modelcore.TrainingWindow{
 			Tokens:       MaxScalar(x0, 0),
 			Positions:    BroadcastToDims(InsertAxes(Iota(g, shapes.Make(dtypes.Int32, l), 0), 0), b, l),
-			Visible:      LogicalOr(LogicalAnd(sameDoc, InsertAxes(model.CausalVisibility(g, l), 0)), InsertAxes(self, 0)),
+			Visible:      LogicalOr(LogicalAnd(sameDoc, InsertAxes(modelcore.CausalVisibility(g, l), 0)), InsertAxes(self, 0)),
 			LogitIndices: baseRows,
 			DType:        dtype,
 		}

@@ -10,6 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -62,9 +63,9 @@ func EvaluateBlockDiffusion(ctx context.Context, m *model.Model, data *Tokens, o
 	b, l := opts.Batch, opts.SeqLen
 	row := shapes.Make(dtypes.Int32, b, l)
 	draws := shapes.Make(dtypes.Float32, b, l)
-	prog, err := m.Compile(fmt.Sprintf("blockdiffusion_eval/%d/%d/%d", b, l, B), []shapes.Shape{row, row, draws, draws},
-		func(w *model.Weights, in []*Node) []*Node {
-			t := o.Loss(m, w, nil, in[0], in[1], Const(in[0].Graph(), int32(B)), in[2], in[3], dtype)
+	prog, err := modelcore.Of(m).Compile(fmt.Sprintf("blockdiffusion_eval/%d/%d/%d", b, l, B), []shapes.Shape{row, row, draws, draws},
+		func(w *modelcore.Weights, in []*Node) []*Node {
+			t := o.Loss(modelcore.Of(m), w, nil, in[0], in[1], Const(in[0].Graph(), int32(B)), in[2], in[3], dtype)
 			return []*Node{t.MaskedNats, t.MaskedTargets, t.AnchorNats, t.AnchorTargets, t.GuessNats, t.GuessTargets}
 		})
 	if err != nil {

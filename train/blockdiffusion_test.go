@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -157,7 +158,7 @@ func TestBuildNoisedMatchesDefinition(t *testing.T) {
 	for _, blockSize := range []int{4, 8} {
 		want := referenceNoised(x0, segs, blockSize, rates, u, o)
 		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
-		p, err := m.Compile("noised", inputs, func(_ *model.Weights, in []*Node) []*Node {
+		p, err := modelcore.Of(m).Compile("noised", inputs, func(_ *modelcore.Weights, in []*Node) []*Node {
 			nw := o.buildNoised(in[0], in[1], in[2], in[3], in[4])
 			return []*Node{nw.win.Tokens, nw.win.Visible, nw.targets, nw.masked, nw.anchor, nw.guess, nw.firstMasks}
 		})
@@ -200,9 +201,9 @@ func TestNoisedWindowIsTheDecodersPass(t *testing.T) {
 		ones[p] = 0.9999999 // t ≈ 1: the primary mask masks every maskable position
 	}
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, 1, l), shapes.Make(dtypes.Float32, 1, l)}
-	p, err := m.Compile("noised_logits", inputs, func(w *model.Weights, in []*Node) []*Node {
+	p, err := modelcore.Of(m).Compile("noised_logits", inputs, func(w *modelcore.Weights, in []*Node) []*Node {
 		nw := o.buildNoised(in[0], nil, in[1], in[2], in[3])
-		return []*Node{m.ForwardTraining(w, nw.win)}
+		return []*Node{modelcore.Of(m).ForwardTraining(w, nw.win)}
 	})
 	require.NoError(t, err)
 	out, err := p.Run(tensors.FromValue([][]int32{x0}), tensors.FromValue(int32(blockSize)), tensors.FromValue([][]float32{ones}), tensors.FromValue([][]float32{zeros}))
@@ -264,8 +265,8 @@ func testBlockDiffusionLossTerms(t *testing.T, firstMasks bool) {
 	o.KLAtFirstMasks = firstMasks
 	const b, l = 2, 16
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, b, l), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Float32, b, l), shapes.Make(dtypes.Float32, b, l)}
-	p, err := m.Compile("terms", inputs, func(w *model.Weights, in []*Node) []*Node {
-		terms := o.Loss(m, w, w, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
+	p, err := modelcore.Of(m).Compile("terms", inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+		terms := o.Loss(modelcore.Of(m), w, w, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
 		return []*Node{terms.Loss, terms.Masked, terms.Anchor, terms.Guess, terms.KL, terms.MaskedFraction}
 	})
 	require.NoError(t, err)
@@ -306,7 +307,7 @@ func TestKLAtFirstMasksMatchesHost(t *testing.T) {
 	baseModel, err := model.NewRandom(b0, tinyDiffusionConfig(), dtypes.Float32, 9)
 	require.NoError(t, err)
 	defer baseModel.Close()
-	baseParams, err := baseModel.TrainableParams()
+	baseParams, err := modelcore.Of(baseModel).TrainableParams()
 	require.NoError(t, err)
 	o := DefaultBlockDiffusion(m.Config.MaskTokenID)
 	o.KLAtFirstMasks = true
@@ -315,11 +316,11 @@ func TestKLAtFirstMasksMatchesHost(t *testing.T) {
 	for _, p := range baseParams {
 		inputs = append(inputs, p.Tensor.Shape())
 	}
-	p, err := m.Compile("kl", inputs, func(w *model.Weights, in []*Node) []*Node {
-		base := m.BindWeights(in[4:])
-		terms := o.Loss(m, w, base, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
+	p, err := modelcore.Of(m).Compile("kl", inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+		base := modelcore.Of(m).BindWeights(in[4:])
+		terms := o.Loss(modelcore.Of(m), w, base, in[0], nil, in[1], in[2], in[3], dtypes.Float32)
 		nw := o.buildNoised(in[0], nil, in[1], in[2], in[3])
-		return []*Node{terms.KL, m.ForwardTraining(w, nw.win), nw.anchor, nw.firstMasks}
+		return []*Node{terms.KL, modelcore.Of(m).ForwardTraining(w, nw.win), nw.anchor, nw.firstMasks}
 	})
 	require.NoError(t, err)
 	x0 := make([][]int32, b)

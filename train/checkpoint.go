@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/internal/hostdata"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
@@ -90,7 +91,7 @@ func (t *Trainer) Save(dir string, opts SaveOptions) error {
 }
 
 func (t *Trainer) writeCheckpoint(dir string, opts SaveOptions) error {
-	if err := model.WriteCheckpoint(dir, t.m.Config, t.Weights(), model.SaveOptions{DType: opts.DType, MaxShardBytes: opts.MaxShardBytes}); err != nil {
+	if err := modelcore.WriteCheckpoint(dir, t.core.Config, t.Weights(), modelcore.SaveOptions{DType: opts.DType, MaxShardBytes: opts.MaxShardBytes}); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	// Pieces of the optimizer's tensors fit a shard with room for its header.

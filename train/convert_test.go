@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/diffusion"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -48,7 +49,7 @@ func TestMicroConversion(t *testing.T) {
 	require.NoError(t, ar.Save(arDir, SaveOptions{}))
 	require.NoError(t, ar.Close())
 
-	base, err := model.Load(m.Backend(), arDir, model.LoadOptions{})
+	base, err := model.Load(modelcore.Of(m).Backend(), arDir, model.LoadOptions{})
 	require.NoError(t, err)
 	defer base.Close()
 	o := DefaultBlockDiffusion(byteMask)
@@ -61,7 +62,7 @@ func TestMicroConversion(t *testing.T) {
 	convDir := t.TempDir()
 	require.NoError(t, conv.Save(convDir, SaveOptions{}))
 	require.NoError(t, conv.Close())
-	converted, err := model.Load(m.Backend(), convDir, model.LoadOptions{})
+	converted, err := model.Load(modelcore.Of(m).Backend(), convDir, model.LoadOptions{})
 	require.NoError(t, err)
 	defer converted.Close()
 

@@ -10,6 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -65,7 +66,7 @@ type evaluator struct {
 }
 
 // newEvaluator compiles the evaluation program of m for weights of the given shapes.
-func newEvaluator(m *model.Model, weights []shapes.Shape, opts EvalOptions) (*evaluator, error) {
+func newEvaluator(m *modelcore.Model, weights []shapes.Shape, opts EvalOptions) (*evaluator, error) {
 	if opts.Batch < 1 || opts.SeqLen < 1 {
 		return nil, fmt.Errorf("train: evaluation batch %d and sequence length %d must be positive", opts.Batch, opts.SeqLen)
 	}
@@ -148,7 +149,8 @@ func Evaluate(ctx context.Context, m *model.Model, data *Tokens, opts EvalOption
 	if data.Vocab > m.Config.VocabSize {
 		return Eval{}, fmt.Errorf("train: the data's vocabulary of %d exceeds the model's %d", data.Vocab, m.Config.VocabSize)
 	}
-	params, err := m.TrainableParams()
+	core := modelcore.Of(m)
+	params, err := core.TrainableParams()
 	if err != nil {
 		return Eval{}, err
 	}
@@ -157,7 +159,7 @@ func Evaluate(ctx context.Context, m *model.Model, data *Tokens, opts EvalOption
 	for i, p := range params {
 		weights[i], shapesOf[i] = p.Tensor, p.Tensor.Shape()
 	}
-	e, err := newEvaluator(m, shapesOf, opts)
+	e, err := newEvaluator(core, shapesOf, opts)
 	if err != nil {
 		return Eval{}, err
 	}
@@ -177,7 +179,7 @@ func (t *Trainer) Evaluate(ctx context.Context, data *Tokens, bytes int64, maxBa
 		for i, m := range t.masters {
 			shapesOf[i] = m.Shape()
 		}
-		e, err := newEvaluator(t.m, shapesOf, EvalOptions{Batch: t.cfg.Batch, SeqLen: t.cfg.SeqLen, BOS: t.cfg.BOS,
+		e, err := newEvaluator(t.core, shapesOf, EvalOptions{Batch: t.cfg.Batch, SeqLen: t.cfg.SeqLen, BOS: t.cfg.BOS,
 			DType: t.dtype, Objective: t.cfg.Objective, Base: t.base()})
 		if err != nil {
 			return Eval{}, err

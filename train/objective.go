@@ -5,7 +5,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
-	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 )
 
 // Objective builds the loss of one batch in the step (and evaluation) graph from the
@@ -24,8 +24,10 @@ type Loss struct {
 // Inputs are an [Objective]'s inputs: the model, its weights bound to the step's
 // parameters, and one batch of rows (see [Rows]).
 type Inputs struct {
-	Model   *model.Model
-	Weights *model.Weights
+	// Model is the trained model's implementation and Weights its weights as nodes of
+	// the step, which [Inputs.Forward] runs.
+	Model   *modelcore.Model
+	Weights *modelcore.Weights
 	// DType is the compute dtype.
 	DType dtypes.DType
 	// Tokens, Segments and Positions are [b, s+1] int32, as in [Rows].
@@ -37,17 +39,24 @@ type Inputs struct {
 	Step *Node
 	// Base holds the model's own weights, frozen (the trainer's starting point), when the
 	// trainer's Config.FrozenBase asks for them; nil otherwise.
-	Base *model.Weights
+	Base *modelcore.Weights
 
 	rng *Node // the random state, advanced by Uniform
 }
 
+// TrainingWindow is the input of [Inputs.Forward]: Tokens [b, w] int32 at explicit
+// Positions [b, w] int32 (which set the rotary angles; they may repeat) under an
+// explicit attention visibility Visible, [b, w, w] or [w, w] bool (query i attends to
+// key j; every query must see a key), reading no cache. LogitIndices [b, r] int32, when
+// set, selects the positions whose logits are computed.
+type TrainingWindow = modelcore.TrainingWindow
+
 // EvalStep is the step number evaluation programs give objectives: past any curriculum.
 const EvalStep = 1 << 30
 
-// Forward runs the model's training forward ([model.Model.ForwardTraining]) in the
-// compute dtype.
-func (in *Inputs) Forward(win model.TrainingWindow) *Node {
+// Forward runs the model's differentiable training forward in the compute dtype and
+// returns the float32 logits [b, r, v] (r the selected positions, all w by default).
+func (in *Inputs) Forward(win TrainingWindow) *Node {
 	win.DType = in.DType
 	return in.Model.ForwardTraining(in.Weights, win)
 }
@@ -71,7 +80,7 @@ func NextToken(in *Inputs) Loss {
 	next := func(x *Node) *Node { return SliceAxis(x, 1, AxisRange(1, s+1)) }
 	tokens, targets := first(in.Tokens), next(in.Tokens)
 	segments := first(in.Segments)
-	logits := in.Forward(model.TrainingWindow{
+	logits := in.Forward(TrainingWindow{
 		Tokens:    MaxScalar(tokens, 0), // pads read any row; nothing sees them but pads
 		Positions: first(in.Positions),
 		Visible:   DocumentCausal(segments),
@@ -85,7 +94,7 @@ func NextToken(in *Inputs) Loss {
 func DocumentCausal(segments *Node) *Node {
 	w := segments.Shape().Dimensions[1]
 	same := Equal(InsertAxes(segments, -1), InsertAxes(segments, 1))
-	return LogicalAnd(same, InsertAxes(model.CausalVisibility(segments.Graph(), w), 0))
+	return LogicalAnd(same, InsertAxes(modelcore.CausalVisibility(segments.Graph(), w), 0))
 }
 
 // MeanCrossEntropy is the loss of logits [b, w, v] (float32) against targets [b, w]

@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/internal/hostdata"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -46,8 +47,9 @@ type Trainer struct {
 	cfg     Config
 	dtype   dtypes.DType
 	m       *model.Model
+	core    *modelcore.Model // m's implementation
 	backend compute.Backend
-	params  []model.Param
+	params  []modelcore.Param
 	sampler *Sampler
 
 	masters, moment1, moment2 []*tensors.Tensor
@@ -84,14 +86,15 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	if cfg.Objective == nil {
 		cfg.Objective = NextToken
 	}
+	core := modelcore.Of(m)
 	dtype := cfg.DType
 	if dtype == dtypes.InvalidDType {
-		dtype = model.DefaultDType(m.Backend())
+		dtype = model.DefaultDType(core.Backend())
 	}
 	if dtype != dtypes.Float32 && dtype != dtypes.BFloat16 {
 		return nil, fmt.Errorf("train: compute dtype must be Float32 or BFloat16, got %s", dtype)
 	}
-	params, err := m.TrainableParams()
+	params, err := core.TrainableParams()
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +102,7 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, dtype: dtype, m: m, backend: m.Backend(), params: params, sampler: sampler}
+	t := &Trainer{cfg: cfg, dtype: dtype, m: m, core: core, backend: core.Backend(), params: params, sampler: sampler}
 	for _, p := range params {
 		values, err := hostdata.Float32s(p.Tensor)
 		if err != nil {
@@ -157,10 +160,10 @@ func (t *Trainer) compileStep() error {
 	prog, err := compileProgram(t.backend, "train_step", inputs, inPlace, func(in []*Node) []*Node {
 		masters, m1, m2 := in[:n], in[n:2*n], in[2*n:3*n]
 		stats, rng, step := in[3*n], in[3*n+1], in[3*n+2]
-		objIn := &Inputs{Model: t.m, Weights: t.m.BindWeights(masters), DType: t.dtype,
+		objIn := &Inputs{Model: t.core, Weights: t.core.BindWeights(masters), DType: t.dtype,
 			Tokens: in[3*n+3], Segments: in[3*n+4], Positions: in[3*n+5], BOS: t.cfg.BOS, Step: step, rng: rng}
 		if t.cfg.FrozenBase {
-			objIn.Base = t.m.BindWeights(in[3*n+6:])
+			objIn.Base = t.core.BindWeights(in[3*n+6:])
 		}
 		loss := t.cfg.Objective(objIn)
 		grads := Gradient(loss.Value, masters...)
@@ -278,10 +281,10 @@ func (t *Trainer) ReadStats() (Stats, error) {
 
 // Weights returns the current master weights as parameters of the model (float32
 // tensors, owned by the trainer: valid until the next step).
-func (t *Trainer) Weights() []model.Param {
-	out := make([]model.Param, len(t.params))
+func (t *Trainer) Weights() []modelcore.Param {
+	out := make([]modelcore.Param, len(t.params))
 	for i, p := range t.params {
-		out[i] = model.Param{Name: p.Name, Tensor: t.masters[i], Decays: p.Decays}
+		out[i] = modelcore.Param{Name: p.Name, Tensor: t.masters[i], Decays: p.Decays}
 	}
 	return out
 }

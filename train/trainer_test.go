@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/safetensors"
@@ -40,7 +41,7 @@ func smallConfig() Config {
 func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 	b := testutil.Backend(t)
 	m := microModel(t, microConfig(), 2)
-	params, err := m.TrainableParams()
+	params, err := modelcore.Of(m).TrainableParams()
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(4, 5))
 	values := make([][]float32, len(params))
@@ -61,7 +62,7 @@ func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 			nodes[i] = Parameter(g, p.Name, p.Tensor.Shape())
 		}
 		c := func(x []int32) *Node { return Reshape(Const(g, x), rows.Rows, rows.Width) }
-		in := &Inputs{Model: m, Weights: m.BindWeights(nodes), DType: dtypes.Float32,
+		in := &Inputs{Model: modelcore.Of(m), Weights: modelcore.Of(m).BindWeights(nodes), DType: dtypes.Float32,
 			Tokens: c(rows.Tokens), Segments: c(rows.Segments), Positions: c(rows.Positions), BOS: byteBOS}
 		loss := NextToken(in).Value
 		outs := []*Node{loss}
@@ -127,7 +128,7 @@ func droppedTargets(in *Inputs) Loss {
 	s := in.Tokens.Shape().Dimensions[1] - 1
 	tokens, targets := SliceAxis(in.Tokens, 1, AxisRange(0, s)), SliceAxis(in.Tokens, 1, AxisRange(1, s+1))
 	segments := SliceAxis(in.Segments, 1, AxisRange(0, s))
-	logits := in.Forward(model.TrainingWindow{Tokens: MaxScalar(tokens, 0), Positions: SliceAxis(in.Positions, 1, AxisRange(0, s)),
+	logits := in.Forward(modelcore.TrainingWindow{Tokens: MaxScalar(tokens, 0), Positions: SliceAxis(in.Positions, 1, AxisRange(0, s)),
 		Visible: DocumentCausal(segments)})
 	keep := LessThan(in.Uniform(targets.Shape().Dimensions...), Const(targets.Graph(), float32(0.7)))
 	scored := LogicalAnd(keep, LogicalAnd(GreaterOrEqual(targets, ScalarZero(targets.Graph(), dtypes.Int32)),
@@ -239,8 +240,8 @@ func TestCheckpointLoads(t *testing.T) {
 	}
 	tok := Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, w))
 	pos := Parameter(g, "positions", shapes.Make(dtypes.Int32, 1, w)) // not a constant: folding rounds otherwise
-	logits := m.ForwardTraining(m.BindWeights(nodes), model.TrainingWindow{Tokens: tok, Positions: pos,
-		Visible: model.CausalVisibility(g, w), DType: dtypes.Float32})
+	logits := modelcore.Of(m).ForwardTraining(modelcore.Of(m).BindWeights(nodes), modelcore.TrainingWindow{Tokens: tok, Positions: pos,
+		Visible: modelcore.CausalVisibility(g, w), DType: dtypes.Float32})
 	require.NoError(t, g.Compile(logits))
 	ids, positions := make([]int32, w), make([]int32, w)
 	for i, x := range tokens {

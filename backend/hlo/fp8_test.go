@@ -13,6 +13,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 )
@@ -105,7 +106,7 @@ func convertedWeights(text string) int {
 func quantizeW8A8(m *model.Model) error {
 	calibration := &quant.Calibration{Format: quant.CalibrationFormat, DType: quant.CalibrationDType, BlockSize: 4,
 		Layers: map[string]quant.LayerStats{}}
-	for _, l := range m.Linears() {
+	for _, l := range modelcore.Of(m).Linears() {
 		if l.Name != "lm_head" {
 			calibration.Layers[l.Name] = quant.LayerStats{InputAmax: 4}
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
 	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 )
@@ -530,7 +531,7 @@ func setFittingFP8Tiles() (restore func()) {
 // windows whose dense products it lowers: 4, 8 and 32 tokens without a cache, a 4-token
 // prefill (the head at 1 row), and steps of 3 and 1 tokens against the cache. The
 // tolerance, 2e-2 of the largest logit, is that of the bf16 fixture tests
-// (model.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
+// (modelcore.TestFixtureLogitsBFloat16, TestFusedPrefillMatchesPlain): both sides compute
 // in bf16 and differ in the order of each product's float32 sums, so an activation
 // rounded to bf16 after a product can differ by one bf16 ulp (2⁻⁸ of it), and such
 // differences grow through the layers as bf16 rounding does. So do the models with
@@ -796,7 +797,7 @@ func TestTritonPlaceWideHeadsMatch(t *testing.T) {
 	forward := func(b compute.Backend) [][][]float32 {
 		m, err := model.NewRandom(b, cfg, dtypes.BFloat16, 7)
 		require.NoError(t, err)
-		embed, err := tensors.CopyFlatData[bfloat16.BFloat16](m.Embed)
+		embed, err := tensors.CopyFlatData[bfloat16.BFloat16](modelcore.Of(m).Embed)
 		require.NoError(t, err)
 		embeds = append(embeds, embed)
 		window := batch1Windows(t, m, 64)
@@ -832,7 +833,7 @@ func TestTritonPlaceWideHeadsMatch(t *testing.T) {
 // slots before it) in blocks of 4 or, with write, of the whole window, written into the
 // cache; it returns the window's logits rows.
 func batch1Windows(t *testing.T, m *model.Model, capacity int) func(tokens []int32, start int32, write bool) ([][]float32, error) {
-	cache, err := m.NewCache(1, capacity)
+	cache, err := modelcore.Of(m).NewCache(1, capacity)
 	require.NoError(t, err)
 	t.Cleanup(func() { cache.Free() })
 	return func(tokens []int32, start int32, write bool) ([][]float32, error) {
@@ -840,14 +841,14 @@ func batch1Windows(t *testing.T, m *model.Model, capacity int) func(tokens []int
 		vec := shapes.Make(dtypes.Int32, 1)
 		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), vec}
 		for range 2 * m.Config.NumLayers {
-			inputs = append(inputs, m.CacheShape(1, capacity))
+			inputs = append(inputs, modelcore.Of(m).CacheShape(1, capacity))
 		}
-		p, err := m.CachedProgram(fmt.Sprintf("test/batch1/%d/%d/%t", capacity, w, write), inputs, func(wt *model.Weights, in []*Node) []*Node {
-			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
+		p, err := modelcore.Of(m).CachedProgram(fmt.Sprintf("test/batch1/%d/%d/%t", capacity, w, write), inputs, func(wt *modelcore.Weights, in []*Node) []*Node {
+			win := modelcore.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
 			if write {
 				win.WriteLen, win.BlockSize = Const(in[0].Graph(), []int32{int32(w)}), w
 			}
-			logits, c := m.Forward(wt, win, model.CacheNodesFrom(in[2:]), nil)
+			logits, c := modelcore.Of(m).Forward(wt, win, modelcore.CacheNodesFrom(in[2:]), nil)
 			if !write {
 				return []*Node{logits}
 			}
@@ -863,7 +864,7 @@ func batch1Windows(t *testing.T, m *model.Model, capacity int) func(tokens []int
 		}
 		if write {
 			cache.Free()
-			cache = model.CacheFromTensors(out[1:])
+			cache = modelcore.CacheFromTensors(out[1:])
 		}
 		return logitsRows(out[0], m.Config.VocabSize)
 	}
@@ -918,18 +919,18 @@ func requireBF16WindowsMatch(t *testing.T, got, want compute.Backend, dir string
 // over a cache of capacity slots kept between calls, row r at starts[r] writing
 // writes[r], and returns the logits rows of both rows' windows.
 func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, starts, writes [2]int32) ([][]float32, error) {
-	cache, err := m.NewCache(2, capacity)
+	cache, err := modelcore.Of(m).NewCache(2, capacity)
 	require.NoError(t, err)
 	t.Cleanup(func() { cache.Free() })
 	return func(w int, starts, writes [2]int32) ([][]float32, error) {
 		vec := shapes.Make(dtypes.Int32, 2)
 		inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 2, w), vec, vec}
 		for range 2 * m.Config.NumLayers {
-			inputs = append(inputs, m.CacheShape(2, capacity))
+			inputs = append(inputs, modelcore.Of(m).CacheShape(2, capacity))
 		}
-		p, err := m.CachedProgram(fmt.Sprintf("test/batch2/%d/%d", capacity, w), inputs, func(wt *model.Weights, in []*Node) []*Node {
-			win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: 4}
-			logits, c := m.Forward(wt, win, model.CacheNodesFrom(in[3:]), nil)
+		p, err := modelcore.Of(m).CachedProgram(fmt.Sprintf("test/batch2/%d/%d", capacity, w), inputs, func(wt *modelcore.Weights, in []*Node) []*Node {
+			win := modelcore.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], WriteLen: in[2], BlockSize: 4}
+			logits, c := modelcore.Of(m).Forward(wt, win, modelcore.CacheNodesFrom(in[3:]), nil)
 			return append([]*Node{logits}, c.Nodes()...)
 		})
 		if err != nil {
@@ -947,7 +948,7 @@ func batch2Windows(t *testing.T, m *model.Model, capacity int) func(w int, start
 			return nil, err
 		}
 		cache.Free()
-		cache = model.CacheFromTensors(out[1:])
+		cache = modelcore.CacheFromTensors(out[1:])
 		return logitsRows(out[0], m.Config.VocabSize)
 	}
 }

@@ -17,15 +17,16 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
 	"github.com/blockdiff/blockdiff/internal/fixtures"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/safetensors"
 )
 
 // programText compiles build over inputs as a program of m and returns its StableHLO.
-func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shape, build model.BuildFunc) string {
+func programText(t *testing.T, m *model.Model, name string, inputs []shapes.Shape, build modelcore.BuildFunc) string {
 	t.Helper()
-	p, err := m.Compile(name, inputs, build)
+	p, err := modelcore.Of(m).Compile(name, inputs, build)
 	require.NoError(t, err, name)
 	text, err := hlo.Program(p.Graph().Executable())
 	require.NoError(t, err)
@@ -48,28 +49,28 @@ func TestModelProgramsBuild(t *testing.T) {
 
 			for _, block := range []int{1, 4} {
 				name := fmt.Sprintf("logits_block%d", block)
-				text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *model.Weights, in []*Node) []*Node {
+				text := programText(t, m, name, []shapes.Shape{i32(1, 8)}, func(w *modelcore.Weights, in []*Node) []*Node {
 					start := Zeros(in[0].Graph(), i32(1))
-					out, _ := m.Forward(w, model.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
+					out, _ := modelcore.Of(m).Forward(w, modelcore.Window{Tokens: in[0], Start: start, BlockSize: block}, nil, nil)
 					return []*Node{out}
 				})
 				requireProgram(t, text, logits(1, 8))
 			}
 
-			cacheShape := m.CacheShape(2, 32)
+			cacheShape := modelcore.Of(m).CacheShape(2, 32)
 			inputs := []shapes.Shape{i32(2, 4), i32(2)}
 			for range 2 * m.Config.NumLayers {
 				inputs = append(inputs, cacheShape)
 			}
 			for _, write := range []bool{false, true} {
-				text := programText(t, m, fmt.Sprintf("cached_write%t", write), inputs, func(w *model.Weights, in []*Node) []*Node {
+				text := programText(t, m, fmt.Sprintf("cached_write%t", write), inputs, func(w *modelcore.Weights, in []*Node) []*Node {
 					g := in[0].Graph()
-					win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
+					win := modelcore.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4,
 						LogitIndices: Const(g, [][]int32{{3}, {3}})}
 					if write {
 						win.WriteLen = Const(g, []int32{4, 2})
 					}
-					out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+					out, cache := modelcore.Of(m).Forward(w, win, modelcore.CacheNodesFrom(in[2:]), nil)
 					return append([]*Node{out}, cache.Nodes()...)
 				})
 				requireProgram(t, text, logits(2, 1))
@@ -296,14 +297,14 @@ func windowTextOf(t *testing.T, b *hlo.Backend, dir string, batch, width int, wr
 	}
 	inputs := []shapes.Shape{i32(batch, width), i32(batch)}
 	for range 2 * m.Config.NumLayers {
-		inputs = append(inputs, m.CacheShape(batch, 32))
+		inputs = append(inputs, modelcore.Of(m).CacheShape(batch, 32))
 	}
-	text = programText(t, m, fmt.Sprintf("window/%d/%d/%v", batch, width, writes), inputs, func(w *model.Weights, in []*Node) []*Node {
-		win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
+	text = programText(t, m, fmt.Sprintf("window/%d/%d/%v", batch, width, writes), inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+		win := modelcore.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 4}
 		if writes {
 			win.WriteLen = AddScalar(ZerosLike(in[1]), float64(width))
 		}
-		out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+		out, cache := modelcore.Of(m).Forward(w, win, modelcore.CacheNodesFrom(in[2:]), nil)
 		return append([]*Node{out}, cache.Nodes()...)
 	})
 	return text, m.Config.NumLayers
@@ -384,11 +385,11 @@ func TestTritonPlacePastCopyBound(t *testing.T) {
 			require.NoError(t, err)
 			inputs := []shapes.Shape{i32(batch, 1), i32(batch)}
 			for range 2 * layers {
-				inputs = append(inputs, m.CacheShape(batch, capacity))
+				inputs = append(inputs, modelcore.Of(m).CacheShape(batch, capacity))
 			}
-			text := programText(t, m, "commit of 1", inputs, func(w *model.Weights, in []*Node) []*Node {
-				win := model.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 1, WriteLen: OnesLike(in[1])}
-				out, cache := m.Forward(w, win, model.CacheNodesFrom(in[2:]), nil)
+			text := programText(t, m, "commit of 1", inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+				win := modelcore.Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: 1, WriteLen: OnesLike(in[1])}
+				out, cache := modelcore.Of(m).Forward(w, win, modelcore.CacheNodesFrom(in[2:]), nil)
 				return append([]*Node{out}, cache.Nodes()...)
 			})
 			require.NoError(t, m.Close())

@@ -263,7 +263,7 @@ func denseDots(text string) (dense, batched int) {
 // a dot_general.
 func TestTritonGEMVLowering(t *testing.T) {
 	bf16 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
-	// dense is model/linear.go's product, x [..., K] · w [N, K]ᵀ, with output dtype out
+	// dense is internal/modelcore/linear.go's product, x [..., K] · w [N, K]ᵀ, with output dtype out
 	// (InvalidDType: the default, float32 for bf16 operands as GoMLX accumulates them).
 	dense := func(out dtypes.DType) func(g *Graph, in []*Node) []*Node {
 		return func(g *Graph, in []*Node) []*Node {

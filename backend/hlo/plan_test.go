@@ -20,6 +20,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend/hlo"
 	"github.com/blockdiff/blockdiff/backend/hlo/triton"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/safetensors"
@@ -159,12 +160,12 @@ func (p stepProgram) text(t *testing.T, m *model.Model) string {
 	t.Helper()
 	inputs := []shapes.Shape{i32(p.Batch, p.Width)}
 	for range 2 * m.Config.NumLayers {
-		inputs = append(inputs, m.CacheShape(p.Batch, stepCapacity))
+		inputs = append(inputs, modelcore.Of(m).CacheShape(p.Batch, stepCapacity))
 	}
-	return programText(t, m, "step/"+p.Name, inputs, func(w *model.Weights, in []*Node) []*Node {
+	return programText(t, m, "step/"+p.Name, inputs, func(w *modelcore.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
 		fill := func(v int) *Node { return Const(g, slices.Repeat([]int32{int32(v)}, p.Batch)) }
-		win := model.Window{Tokens: in[0], BlockSize: p.Block}
+		win := modelcore.Window{Tokens: in[0], BlockSize: p.Block}
 		if p.Prefill {
 			win.Start = fill(0)
 			win.LogitIndices = Const(g, slices.Repeat([][]int32{{int32(p.Width - 1)}}, p.Batch))
@@ -174,7 +175,7 @@ func (p stepProgram) text(t *testing.T, m *model.Model) string {
 		if p.Write > 0 {
 			win.WriteLen = fill(p.Write)
 		}
-		logits, cache := m.Forward(w, win, model.CacheNodesFrom(in[1:]), nil)
+		logits, cache := modelcore.Of(m).Forward(w, win, modelcore.CacheNodesFrom(in[1:]), nil)
 		out := []*Node{ConvertDType(ArgMax(logits, -1), dtypes.Int32)}
 		if p.Write > 0 {
 			out = append(out, cache.Nodes()...)

@@ -14,6 +14,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -37,7 +38,8 @@ var stepKinds = []stepKind{
 
 // benchSteps times each kind of step inside a device loop (as the decoder runs them)
 // and as one execution each (with a host read per step).
-func benchSteps(m *model.Model) []row {
+func benchSteps(pub *model.Model) []row {
+	m := modelcore.Of(pub)
 	var rows []row
 	for _, k := range stepKinds {
 		if !slices.Contains(strings.Split(*steps, ","), k.short) {
@@ -56,10 +58,10 @@ func benchSteps(m *model.Model) []row {
 }
 
 // window is the forward of one step kind over a cache holding `context` positions.
-func (k stepKind) window(g *Graph, tokens *Node) model.Window {
+func (k stepKind) window(g *Graph, tokens *Node) modelcore.Window {
 	b := tokens.Shape().Dimensions[0]
 	start := Const(g, fill(b, int32(*context_)))
-	win := model.Window{Tokens: tokens, Start: start, CacheLen: start, BlockSize: k.block}
+	win := modelcore.Window{Tokens: tokens, Start: start, CacheLen: start, BlockSize: k.block}
 	if k.write > 0 { // A zero WriteLen would still scatter (zeros) into every layer's cache.
 		win.WriteLen = Const(g, fill(b, int32(k.write)))
 	}
@@ -68,7 +70,7 @@ func (k stepKind) window(g *Graph, tokens *Node) model.Window {
 
 // time runs p on a zeroed cache: once to warm it up (its first run compiles), then reps
 // more times, timed.
-func (k stepKind) time(m *model.Model, p *model.Program, reps int) (first time.Duration, times []time.Duration, err error) {
+func (k stepKind) time(m *modelcore.Model, p *modelcore.Program, reps int) (first time.Duration, times []time.Duration, err error) {
 	cache, err := m.NewCache(1, *capacity)
 	if err != nil {
 		return 0, nil, err
@@ -91,7 +93,7 @@ func next(logits *Node) *Node { return ConvertDType(ArgMax(logits, -1), dtypes.I
 
 // timeStepLoop runs *iters steps inside one While and reports the time per step; with
 // -added-steps, also the time each step beyond those takes in a longer loop.
-func timeStepLoop(m *model.Model, k stepKind) ([]row, error) {
+func timeStepLoop(m *modelcore.Model, k stepKind) ([]row, error) {
 	n := *iters
 	compileStart := time.Now()
 	p, err := stepLoop(m, k, n)
@@ -138,14 +140,14 @@ func addedSteps(name string, short, long []time.Duration, added int) row {
 }
 
 // stepLoop compiles n steps of kind k inside one While (as the decoder runs them).
-func stepLoop(m *model.Model, k stepKind, n int) (*model.Program, error) {
+func stepLoop(m *modelcore.Model, k stepKind, n int) (*modelcore.Program, error) {
 	cacheShapes := cacheShapes(m, 1)
 	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes...)
 	key := fmt.Sprintf("bench/loop/%s/%d/%d/%d/%s", k.name, n, *capacity, *context_, *loopExit)
-	return m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
-		// Constants of the enclosing function are uncached (see model.Weights.While).
+	return m.CachedProgram(key, inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+		// Constants of the enclosing function are uncached (see modelcore.Weights.While).
 		init := append([]*Node{Const(in[0].Graph(), int32(0))}, in...)
-		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
+		cond := func(_ *modelcore.Weights, st, _ []*Node) []*Node {
 			more := LessThan(st[0], Const(st[0].Graph(), int32(n)))
 			if *loopExit == "data" {
 				// An argmax is never negative, but XLA cannot know: the trip count is
@@ -155,9 +157,9 @@ func stepLoop(m *model.Model, k stepKind, n int) (*model.Program, error) {
 			}
 			return []*Node{more}
 		}
-		body := func(w *model.Weights, st, _ []*Node) []*Node {
+		body := func(w *modelcore.Weights, st, _ []*Node) []*Node {
 			g := st[0].Graph()
-			logits, cache := m.Forward(w, k.window(g, st[1]), model.CacheNodesFrom(st[2:]), nil)
+			logits, cache := m.Forward(w, k.window(g, st[1]), modelcore.CacheNodesFrom(st[2:]), nil)
 			return append([]*Node{Add(st[0], Const(g, int32(1))), next(logits)}, cache.Nodes()...)
 		}
 		return []*Node{w.While(init, nil, cond, body)[1]}
@@ -165,11 +167,11 @@ func stepLoop(m *model.Model, k stepKind, n int) (*model.Program, error) {
 }
 
 // timeSingleStep runs one step per execution, reading its tokens back each time.
-func timeSingleStep(m *model.Model, k stepKind) (row, error) {
+func timeSingleStep(m *modelcore.Model, k stepKind) (row, error) {
 	inputs := append([]shapes.Shape{shapes.Make(dtypes.Int32, 1, k.width)}, cacheShapes(m, 1)...)
 	key := fmt.Sprintf("bench/single/%s/%d/%d", k.name, *capacity, *context_)
-	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
-		logits, cache := m.Forward(w, k.window(in[0].Graph(), in[0]), model.CacheNodesFrom(in[1:]), nil)
+	p, err := m.CachedProgram(key, inputs, func(w *modelcore.Weights, in []*Node) []*Node {
+		logits, cache := m.Forward(w, k.window(in[0].Graph(), in[0]), modelcore.CacheNodesFrom(in[1:]), nil)
 		out := []*Node{next(logits)}
 		if k.write > 0 {
 			out = append(out, cache.Nodes()...)
@@ -190,7 +192,8 @@ func timeSingleStep(m *model.Model, k stepKind) (row, error) {
 
 // benchPrefill times the prefill of -prefill-tokens prompt tokens (one execution each,
 // block-causal with blocks of 4, keys and values written, logits of the last position).
-func benchPrefill(m *model.Model) []row {
+func benchPrefill(pub *model.Model) []row {
+	m := modelcore.Of(pub)
 	var rows []row
 	for _, field := range strings.Split(*prefillToks, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(field))
@@ -210,7 +213,7 @@ func benchPrefill(m *model.Model) []row {
 // benchPrefillAdded times device loops of 1 and of 1+added prefills of n tokens (into n
 // slots, as benchPrefillOnce's defaults) and reports the time each added prefill
 // takes: an execution's own cost cancels out.
-func benchPrefillAdded(m *model.Model, n, added int) row {
+func benchPrefillAdded(m *modelcore.Model, n, added int) row {
 	in := prefillTokens(m, n)
 	timesOf := func(r int) []time.Duration {
 		p, err := prefillLoop(m, n, r)
@@ -230,19 +233,19 @@ func benchPrefillAdded(m *model.Model, n, added int) row {
 // prefillLoop compiles r prefills of the n tokens of its input inside one While, each
 // prefill's first token the argmax of the one before's last logits, so that XLA can
 // neither hoist nor merge them; the cache is carried from one to the next.
-func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
+func prefillLoop(m *modelcore.Model, n, r int) (*modelcore.Program, error) {
 	key := fmt.Sprintf("bench/prefill-loop/%d/%d", n, r)
-	return m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *model.Weights, in []*Node) []*Node {
+	return m.CachedProgram(key, []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}, func(w *modelcore.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
 		init := append([]*Node{Const(g, int32(0)), in[0]}, zeroCache(g, m, n)...)
-		cond := func(_ *model.Weights, st, _ []*Node) []*Node {
+		cond := func(_ *modelcore.Weights, st, _ []*Node) []*Node {
 			return []*Node{LessThan(st[0], Const(st[0].Graph(), int32(r)))}
 		}
-		body := func(w *model.Weights, st, _ []*Node) []*Node {
+		body := func(w *modelcore.Weights, st, _ []*Node) []*Node {
 			g := st[0].Graph()
-			win := model.Window{Tokens: st[1], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
+			win := modelcore.Window{Tokens: st[1], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
 				BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
-			logits, cache := m.Forward(w, win, model.CacheNodesFrom(st[2:]), nil)
+			logits, cache := m.Forward(w, win, modelcore.CacheNodesFrom(st[2:]), nil)
 			tokens := Concatenate([]*Node{next(logits), Slice(st[1], AxisRange(), AxisRange(1))}, 1)
 			return append([]*Node{Add(st[0], Const(g, int32(1))), tokens}, cache.Nodes()...)
 		}
@@ -252,17 +255,17 @@ func prefillLoop(m *model.Model, n, r int) (*model.Program, error) {
 
 // benchPrefillOnce times the prefill of n tokens into -prefill-capacity slots and, with
 // -prefill-inputs, with its start, write length and logits' position given at run time.
-func benchPrefillOnce(m *model.Model, n int) row {
+func benchPrefillOnce(m *modelcore.Model, n int) row {
 	slots := max(*prefillCap, n)
 	key := fmt.Sprintf("bench/prefill/%d/%d/%t", n, slots, *prefillIn)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, n)}
 	if *prefillIn {
 		inputs = append(inputs, shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1), shapes.Make(dtypes.Int32, 1, 1))
 	}
-	p, err := m.CachedProgram(key, inputs, func(w *model.Weights, in []*Node) []*Node {
+	p, err := m.CachedProgram(key, inputs, func(w *modelcore.Weights, in []*Node) []*Node {
 		g := in[0].Graph()
-		cache := model.CacheNodesFrom(zeroCache(g, m, slots))
-		win := model.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
+		cache := modelcore.CacheNodesFrom(zeroCache(g, m, slots))
+		win := modelcore.Window{Tokens: in[0], Start: Const(g, []int32{0}), WriteLen: Const(g, []int32{int32(n)}),
 			BlockSize: 4, LogitIndices: Const(g, [][]int32{{int32(n - 1)}})}
 		if *prefillIn {
 			win.Start, win.WriteLen, win.LogitIndices = in[1], in[2], in[3]
@@ -304,7 +307,7 @@ func benchPrefillOnce(m *model.Model, n int) row {
 
 // zeroCache is an empty cache of one row and slots slots in g, as CacheNodes.Nodes lists
 // it: the layers' keys, then their values.
-func zeroCache(g *Graph, m *model.Model, slots int) []*Node {
+func zeroCache(g *Graph, m *modelcore.Model, slots int) []*Node {
 	nodes := make([]*Node, 2*m.Config.NumLayers)
 	for i := range nodes {
 		nodes[i] = Zeros(g, m.CacheShape(1, slots))
@@ -314,7 +317,7 @@ func zeroCache(g *Graph, m *model.Model, slots int) []*Node {
 
 // prefillTokens is the prompt [1, n] the prefill timings take: tokens spread over the
 // vocabulary.
-func prefillTokens(m *model.Model, n int) *tensors.Tensor {
+func prefillTokens(m *modelcore.Model, n int) *tensors.Tensor {
 	tokens := make([]int32, n)
 	for i := range tokens {
 		tokens[i] = int32(i*7919) % int32(m.Config.VocabSize)
@@ -324,7 +327,7 @@ func prefillTokens(m *model.Model, n int) *tensors.Tensor {
 
 // runAndWait executes p, waits until its first output reaches the host (so the time
 // covers the device's work) and frees the outputs.
-func runAndWait(p *model.Program, args ...*tensors.Tensor) error {
+func runAndWait(p *modelcore.Program, args ...*tensors.Tensor) error {
 	out, err := p.Run(args...)
 	if err != nil {
 		return err
@@ -336,7 +339,7 @@ func runAndWait(p *model.Program, args ...*tensors.Tensor) error {
 	return err
 }
 
-func cacheShapes(m *model.Model, batch int) []shapes.Shape {
+func cacheShapes(m *modelcore.Model, batch int) []shapes.Shape {
 	list := make([]shapes.Shape, 2*m.Config.NumLayers)
 	for i := range list {
 		list[i] = m.CacheShape(batch, *capacity)

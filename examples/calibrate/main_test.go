@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 )
@@ -34,7 +35,7 @@ func TestRun(t *testing.T) {
 	m, err := quant.Load(b, f.save, quant.Options{}, model.LoadOptions{DType: dtypes.Float32})
 	require.NoError(t, err)
 	defer m.Close()
-	_, ok := m.Layers[0].QKV.(*quant.FP8Linear)
+	_, ok := modelcore.Of(m).Layers[0].QKV.(*quant.FP8Linear)
 	assert.True(t, ok)
 
 	tokens := filepath.Join(dir, "tokens.txt")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/blockdiff/blockdiff"
 	"github.com/blockdiff/blockdiff/demomodel"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 	"github.com/blockdiff/blockdiff/quant"
 )
@@ -23,7 +24,7 @@ func TestDemoEngine(t *testing.T) {
 	require.NoError(t, err)
 	defer engine.Close()
 
-	require.IsType(t, &quant.FP8Linear{}, engine.Model().Layers[0].QKV)
+	require.IsType(t, &quant.FP8Linear{}, modelcore.Of(engine.Model()).Layers[0].QKV)
 	require.Equal(t, 0.7, engine.Config().Threshold, "the demo's quality preset")
 	res, err := engine.Generate(ctx, demomodel.Prompt)
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/blockdiff/blockdiff/internal/codeeval"
 	"github.com/blockdiff/blockdiff/internal/decodeeval"
 	"github.com/blockdiff/blockdiff/internal/gocorpus"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/tokenizer"
@@ -372,9 +373,9 @@ func (s selection) reportHeldOut(out io.Writer, base, conv *model.Model, presets
 		fmt.Fprintf(out, "  %s, next token (causal): %.4f\n", m.name, ce)
 	}
 	dense, label := conv, "converted"
-	if _, err := conv.TrainableParams(); err != nil {
+	if _, err := modelcore.Of(conv).TrainableParams(); err != nil {
 		// The training forward needs dense layers: an FP8 checkpoint's weights, decoded.
-		if dense, err = loadAny(conv.Backend(), f.modelDir, conv.DType); err != nil {
+		if dense, err = loadAny(modelcore.Of(conv).Backend(), f.modelDir, conv.DType); err != nil {
 			return err
 		}
 		defer dense.Close()

@@ -31,6 +31,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/model"
 	"github.com/blockdiff/blockdiff/quant"
 	"github.com/blockdiff/blockdiff/train"
@@ -258,7 +259,7 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 		return err
 	}
 	defer m.Close()
-	params, err := m.TrainableParams()
+	params, err := modelcore.Of(m).TrainableParams()
 	if err != nil {
 		return err
 	}
@@ -367,7 +368,7 @@ func evaluate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTyp
 	}
 	defer m.Close()
 	label := f.modelDir
-	if _, err := m.TrainableParams(); err != nil {
+	if _, err := modelcore.Of(m).TrainableParams(); err != nil {
 		// Evaluation runs the training forward, which needs dense layers.
 		if err := quant.Dequantize(m); err != nil {
 			return err

@@ -6,7 +6,7 @@
 // # How an operation travels
 //
 // GoMLX's graph carries to a backend only the operations of package compute. Of its
-// fused operations the model asks for FusedScaledDotProductAttention (model/attention.go:
+// fused operations the model asks for FusedScaledDotProductAttention (internal/modelcore/attention.go:
 // a prefill's attention, and a decoding window's attention over its cache), which a
 // backend implements or declines. The others do not fit the model: FusedDense returns
 // its input's dtype, where the model's layers return float32 from bfloat16 inputs;
@@ -33,7 +33,7 @@
 // them (package backend/hlo/triton); backend/hlo without kernels, the Go backend and
 // go-xla's run the decomposition:
 //
-//   - [NormedDense]: model (normedDense, model/kernels.go); one row: GEMVNorm; several
+//   - [NormedDense]: model (normedDense, internal/modelcore/kernels.go); one row: GEMVNorm; several
 //     rows: RowNorm (with the residual add before it, [ResidualAdd]) then the product.
 //   - [NormalisedRow]: model (normalisedRow); read by [FP8Dense]'s kernels: GEMVNorm
 //     with the norm before the product (one row), RowNorm returning the row (several).

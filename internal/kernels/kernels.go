@@ -46,7 +46,7 @@ func Value(n *graph.Node) compute.Value {
 // NormedDense is a dense layer of RMSNorm'd rows, the row's 1/rms applied to the
 // layer's output (a per-row factor commutes with the product):
 //
-//	Product = bf16(X)·Gain · Wᵀ           float32 [..., N], model.Dense.ApplyFloat32 (a DotGeneral)
+//	Product = bf16(X)·Gain · Wᵀ           float32 [..., N], modelcore.Dense.ApplyFloat32 (a DotGeneral)
 //	Factor  = Scale / sqrt(mean(X², -1) + Eps)   float32 [..., 1]
 //	output  = Product · Factor            completed by Mul(Product, Factor)
 //
@@ -96,7 +96,7 @@ type E4M3Decoded struct {
 //	output = Residual + Product           float32, completed by Add(Residual, Product)
 //
 // for Residual float32 and Product of its shape, a layer's output: a [NormedDense]'s
-// product's kind of DotGeneral (model.Dense.ApplyFloat32), an [FP8Dense]'s output, or
+// product's kind of DotGeneral (modelcore.Dense.ApplyFloat32), an [FP8Dense]'s output, or
 // anything else (which leaves the add as it is). Its output is the next layer's
 // residual stream, whose norm may be computed with the add.
 type ResidualAdd struct {

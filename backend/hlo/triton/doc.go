@@ -3,7 +3,7 @@
 // a program (the call JAX's Pallas uses). Its kernels:
 //
 //   - a GEMV for a few rows, y [m, n] = x [m, k] · W [n, k]ᵀ with x and W bfloat16,
-//     float32 accumulation and y bfloat16 or float32, as model/linear.go's dense layers
+//     float32 accumulation and y bfloat16 or float32, as internal/modelcore/linear.go's dense layers
 //     compute it; its tiles either keep one accumulator per row of x or (Dot tiles)
 //     multiply on the tensor cores;
 //   - one-row GEMVs with the work around them folded in: the RMSNorm before

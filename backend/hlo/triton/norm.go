@@ -20,7 +20,7 @@ type Norm struct {
 // · W[n0:n0+bn, :]ᵀ) · rsqrt(Σx²·InvK + Eps), float32 (the product times W's row
 // scales s first, with w.Scaled; with norm.Before, bf16(bf16(x·rsqrt(…))·g) ·
 // W[n0:n0+bn, :]ᵀ), its arguments x, g, W, (s,) y in that order. That is model's dense
-// layer after an RMSNorm (model/forward.go: the row's 1/rms on the product's output,
+// layer after an RMSNorm (internal/modelcore/forward.go: the row's 1/rms on the product's output,
 // the input x·weight rounded to bfloat16 as the graph rounds it), with the norm's
 // reduction, its product by the weight and the rounding done as each program loads x:
 // every program reads all of x anyway, so the norm's own kernel goes. With norm.Before
@@ -130,7 +130,7 @@ func CheckRowNorm(r RowNorm) error {
 }
 
 // RowNormTTIR is the TTIR module of the kernel @norm, model's RMSNorm before a dense
-// layer of several rows (model/forward.go) as one kernel where XLA runs two or three
+// layer of several rows (internal/modelcore/forward.go) as one kernel where XLA runs two or three
 // (the residual add, the row's mean of squares and 1/rms, x·weight). Program r reads row r of x, or of a and b and then stores their sum
 // x = a + b in s (with r.Sum), and stores inv[r] = rsqrt(Σx²·InvK + Eps) and
 // xg[r] = bf16(bf16(x)·g) for the norm weight g [K] bfloat16, as the graph rounds them:
