@@ -44,3 +44,16 @@ func TestNewWithConfigRejectsUnknownBackends(t *testing.T) {
 	_, err := NewWithConfig("nonesuch")
 	require.Error(t, err)
 }
+
+func TestForDevices(t *testing.T) {
+	ours := Choice{Config: "bdxla:/opt/plugin.so,preallocate=true,notf32,nokernels", Reason: "found"}
+	require.Equal(t, ours, ForDevices(ours, 1))
+	require.Equal(t, ours, ForDevices(ours, 0))
+	c := ForDevices(ours, 2)
+	require.Equal(t, "xla:/opt/plugin.so,preallocate=true,tf32=false", c.Config)
+	require.True(t, c.IsXLA())
+	require.Contains(t, c.Reason, "2 devices")
+	for _, other := range []Choice{{Config: GoConfig}, {Config: "xla:cuda"}} {
+		require.Equal(t, other, ForDevices(other, 4), "not ours: as it is")
+	}
+}

@@ -209,7 +209,7 @@ func (t *Trainer) Restore(dir string) error {
 	t.masters, t.moment1, t.moment2 = lists[0], lists[1], lists[2]
 	t.rng = tensors.FromFlatDataAndDimensions(rng, graph.RNGStateShape.Dimensions...)
 	t.step = state.Step
-	return nil
+	return t.replicate()
 }
 
 // readOptimizer reads the master weights and moments from the optimizer folder.

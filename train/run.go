@@ -74,7 +74,7 @@ type Report struct {
 	// Eval is the last evaluation's result, if any.
 	Eval *Eval
 	// TokensPerSecond over the run, excluding evaluations and checkpoints; MFU against
-	// [PeakFLOPS].
+	// [PeakFLOPS] of each of the trainer's devices.
 	TokensPerSecond, MFU float64
 	// Stopped says why the run ended: "done", "deadline" or "canceled".
 	Stopped string
@@ -150,7 +150,7 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 			pace = elapsed / time.Duration(intervalSteps)
 			rate := float64(int64(intervalSteps)*tokensPerStep) / elapsed.Seconds()
 			logf("step %d/%d  loss %.4f  lr %.3g  gnorm %.3f  %.0f tok/s  MFU %.1f%%", t.step, target, stats.Loss,
-				stats.LR, stats.GradNorm, rate, 100*rate*flops/PeakFLOPS)
+				stats.LR, stats.GradNorm, rate, 100*rate*flops/(PeakFLOPS*float64(t.plan.Devices)))
 			if bar != nil {
 				bar.Describe(fmt.Sprintf("loss %.3f  %.0fk tok/s", stats.Loss, rate/1000))
 			}
@@ -213,7 +213,7 @@ func (t *Trainer) Run(ctx context.Context, opts RunOptions) (Report, error) {
 	rep.Steps = t.step
 	if busy > 0 {
 		rep.TokensPerSecond = float64(rep.Tokens) / busy.Seconds()
-		rep.MFU = rep.TokensPerSecond * flops / PeakFLOPS
+		rep.MFU = rep.TokensPerSecond * flops / (PeakFLOPS * float64(t.plan.Devices))
 	}
 	if rep.Stopped != "canceled" {
 		if err := evaluate(0); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/internal/hostdata"
 	"github.com/blockdiff/blockdiff/internal/modelcore"
+	"github.com/blockdiff/blockdiff/internal/sharding"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -39,6 +40,12 @@ type Config struct {
 	// FrozenBase passes the model's own weights, which training never changes, to the
 	// objective as Inputs.Base (e.g. to keep a converted model close to its base).
 	FrozenBase bool
+	// Devices spreads each step over the backend's first Devices devices, data-parallel
+	// (package internal/sharding): each runs Batch/Devices rows, the weights and
+	// optimizer state are replicated and XLA all-reduces the gradients. Batch must be a
+	// multiple of it, and the backend must address that many devices and partition
+	// programs (go-xla's does). 0 or 1 is one device, the plain program.
+	Devices int
 }
 
 // Trainer trains a model: it holds the float32 master weights and AdamW's moments on
@@ -59,6 +66,13 @@ type Trainer struct {
 
 	prog *program
 	eval *evaluator
+
+	plan sharding.DataParallel
+	// replicas[d-1] is device d's copy of the replicated state for d ≥ 1, in the step
+	// program's input order (masters, moments, statistics, random state), and
+	// baseReplicas[d-1] its copy of the frozen base weights; the fields above are
+	// device 0's.
+	replicas, baseReplicas [][]*tensors.Tensor
 }
 
 // New returns a trainer of m (whose weights, read once, are the initial master weights,
@@ -73,6 +87,13 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	}
 	if cfg.Clip < 0 {
 		return nil, fmt.Errorf("train: clip %g must not be negative", cfg.Clip)
+	}
+	plan, err := sharding.NewDataParallel(max(cfg.Devices, 1), cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	if have := modelcore.Of(m).Backend().NumDevices(); plan.Devices > have {
+		return nil, fmt.Errorf("train: %d devices asked for, the backend %s addresses %d", plan.Devices, modelcore.Of(m).Backend().Name(), have)
 	}
 	if data.Vocab > m.Config.VocabSize {
 		return nil, fmt.Errorf("train: the data's vocabulary of %d exceeds the model's %d", data.Vocab, m.Config.VocabSize)
@@ -102,7 +123,7 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, dtype: dtype, m: m, core: core, backend: core.Backend(), params: params, sampler: sampler}
+	t := &Trainer{cfg: cfg, dtype: dtype, m: m, core: core, backend: core.Backend(), params: params, sampler: sampler, plan: plan}
 	for _, p := range params {
 		values, err := hostdata.Float32s(p.Tensor)
 		if err != nil {
@@ -117,7 +138,11 @@ func New(m *model.Model, data *Tokens, cfg Config) (*Trainer, error) {
 	if t.rng, err = RNGStateFromSeed(int64(cfg.Seed)); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
+	if err := t.replicate(); err != nil {
+		return nil, err
+	}
 	if err := t.compileStep(); err != nil {
+		_ = t.Close()
 		return nil, err
 	}
 	return t, nil
@@ -157,7 +182,11 @@ func (t *Trainer) compileStep() error {
 	for _, b := range t.base() {
 		inputs = append(inputs, b.Shape())
 	}
-	prog, err := compileProgram(t.backend, "train_step", inputs, inPlace, func(in []*Node) []*Node {
+	splitAxes := make([]int, len(inputs))
+	for i := range splitAxes {
+		splitAxes[i] = t.plan.Axis(stepInputKind(i, n))
+	}
+	prog, err := compileSharded(t.backend, "train_step", inputs, inPlace, t.plan.Devices, splitAxes, func(in []*Node) []*Node {
 		masters, m1, m2 := in[:n], in[n:2*n], in[2*n:3*n]
 		stats, rng, step := in[3*n], in[3*n+1], in[3*n+2]
 		objIn := &Inputs{Model: t.core, Weights: t.core.BindWeights(masters), DType: t.dtype,
@@ -211,14 +240,29 @@ func clipByGlobalNorm(grads []*Node, clip float64) ([]*Node, *Node) {
 func (t *Trainer) Step() error {
 	rows := t.sampler.Next(t.cfg.Batch)
 	n := len(t.params)
-	inputs := make([]*tensors.Tensor, 0, 3*n+6)
-	inputs = append(append(append(inputs, t.masters...), t.moment1...), t.moment2...)
-	inputs = append(inputs, t.stats, t.rng, tensors.FromScalar(int32(t.step)))
-	inputs = append(append(inputs, rows.tensors()...), t.base()...)
-	out, err := t.prog.run(inputs)
+	inputs := make([][]*tensors.Tensor, t.plan.Devices)
+	for d := range inputs {
+		list := make([]*tensors.Tensor, 0, 3*n+6)
+		if d == 0 {
+			list = append(append(append(list, t.masters...), t.moment1...), t.moment2...)
+			list = append(list, t.stats, t.rng)
+		} else {
+			list = append(list, t.replicas[d-1]...)
+		}
+		list = append(list, tensors.FromScalar(int32(t.step)))
+		list = append(list, rows.slice(t.plan.RowRange(d)).tensors()...)
+		if d == 0 {
+			list = append(list, t.base()...)
+		} else {
+			list = append(list, t.baseReplicas[d-1]...)
+		}
+		inputs[d] = list
+	}
+	outs, err := t.prog.runDevices(inputs)
 	if err != nil {
 		return err
 	}
+	out := outs[0]
 	copy(t.masters, out[:n])
 	copy(t.moment1, out[n:2*n])
 	copy(t.moment2, out[2*n:3*n])
@@ -226,6 +270,13 @@ func (t *Trainer) Step() error {
 	t.stats, t.rng = out[3*n], out[3*n+1]
 	if old != t.rng {
 		_ = old.FinalizeAll()
+	}
+	for d := 1; d < t.plan.Devices; d++ {
+		state := t.replicas[d-1]
+		if old := state[3*n+1]; old != outs[d][3*n+1] {
+			_ = old.FinalizeAll()
+		}
+		copy(state, outs[d][:3*n+2])
 	}
 	t.step++
 	return nil
@@ -272,6 +323,11 @@ func (t *Trainer) ReadStats() (Stats, error) {
 	}
 	_ = t.stats.FinalizeAll()
 	t.stats = tensors.FromShape(shapes.Make(dtypes.Float32, 3))
+	stats := 3 * len(t.params)
+	for _, state := range t.replicas {
+		_ = state[stats].FinalizeAll()
+		state[stats] = tensors.FromShape(t.stats.Shape())
+	}
 	s := Stats{Steps: int(values[2]), LR: t.cfg.Schedule.LR(max(t.step-1, 0))}
 	if s.Steps > 0 {
 		s.Loss, s.GradNorm = float64(values[0])/float64(s.Steps), float64(values[1])/float64(s.Steps)
@@ -292,7 +348,8 @@ func (t *Trainer) Weights() []modelcore.Param {
 // Close frees the trainer's device memory and programs. The model is not closed.
 func (t *Trainer) Close() error {
 	var errs []error
-	for _, list := range [][]*tensors.Tensor{t.masters, t.moment1, t.moment2, {t.stats, t.rng}} {
+	lists := append([][]*tensors.Tensor{t.masters, t.moment1, t.moment2, {t.stats, t.rng}}, t.replicas...)
+	for _, list := range append(lists, t.baseReplicas...) {
 		for _, x := range list {
 			errs = append(errs, x.FinalizeAll())
 		}

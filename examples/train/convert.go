@@ -89,7 +89,7 @@ func convertAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 		DType: dtype, Batch: f.batch, SeqLen: f.seq,
 		Schedule: train.Schedule{Peak: f.lr, Min: f.minLR, Warmup: f.warmup, Total: steps},
 		AdamW:    train.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: f.wd},
-		Clip:     f.clip, Seed: f.seed, BOS: cfg.BOSTokenID,
+		Clip:     f.clip, Seed: f.seed, BOS: cfg.BOSTokenID, Devices: f.devices,
 		Objective:  o.Objective(cur),
 		FrozenBase: o.KLWeight != 0,
 	})

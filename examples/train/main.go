@@ -12,6 +12,8 @@
 // the data), safetensors in bfloat16 sharded to -shard-bytes, and the optimizer state.
 // It stops cleanly before -max-time (less -reserve for the last evaluation and
 // checkpoint). Stage eval reports a checkpoint's held-out loss and bits per byte.
+// With -devices N the ar and convert stages spread each step over N GPUs,
+// data-parallel (package train's Config.Devices), on go-xla's backend.
 package main
 
 import (
@@ -41,6 +43,7 @@ import (
 type flags struct {
 	stage                     string
 	backend                   string
+	devices                   int
 	trainPath, heldOutPath    string
 	heldOutBytes, trainBytes  int64
 	modelDir                  string
@@ -86,6 +89,7 @@ func main() {
 	var f flags
 	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model), eval (evaluate -model), convert (fine-tune -base into a block-diffusion model), select (pick -model's decoder presets) or calibrate (FP8 -model into -out)")
 	flag.StringVar(&f.backend, "backend", "", "GoMLX backend configuration (default: the library's choice)")
+	flag.IntVar(&f.devices, "devices", 1, "devices each training step spreads over, data-parallel (stages ar and convert; -batch a multiple of it); over several, our backend's plugin runs on go-xla's backend")
 	flag.StringVar(&f.trainPath, "train", "", "training token-ids file")
 	flag.StringVar(&f.heldOutPath, "heldout", "", "held-out token-ids file, evaluated every -eval-every steps and at the end")
 	flag.Int64Var(&f.heldOutBytes, "heldout-bytes", 0, "bytes of text the held-out ids encode, for bits per byte")
@@ -161,8 +165,10 @@ func run(f flags, start time.Time, out io.Writer) error {
 		b, err = backend.NewWithConfig(f.backend)
 		log.Printf("backend: %s", f.backend)
 	} else {
-		var choice backend.Choice
-		b, choice, err = backend.New()
+		choice := backend.ForDevices(backend.Select(), f.devices)
+		if b, err = backend.NewWithConfig(choice.Config); err != nil {
+			err = fmt.Errorf("backend: creating %s: %w", choice, err)
+		}
 		log.Printf("backend: %s", choice)
 	}
 	if err != nil {
@@ -275,13 +281,13 @@ func trainAR(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType
 		DType: dtype, Batch: f.batch, SeqLen: f.seq,
 		Schedule: train.Schedule{Peak: f.lr, Min: f.minLR, Warmup: f.warmup, Total: steps},
 		AdamW:    train.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: f.wd},
-		Clip:     f.clip, Seed: f.seed, BOS: bos,
+		Clip:     f.clip, Seed: f.seed, BOS: bos, Devices: f.devices,
 	})
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-	log.Printf("step program compiled in %.1fs", time.Since(compileStart).Seconds())
+	log.Printf("step program compiled in %.1fs (%d device(s))", time.Since(compileStart).Seconds(), max(f.devices, 1))
 	rep, err := resumeAndRun(ctx, tr, f, start, train.RunOptions{Steps: steps, Eval: heldOut, EvalBytes: f.heldOutBytes})
 	if err != nil {
 		return err

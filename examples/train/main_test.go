@@ -59,4 +59,8 @@ func TestRun(t *testing.T) {
 	assert.Contains(t, out.String(), "bits/byte")
 
 	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar, eval, convert, select or calibrate")
+
+	many := f
+	many.devices, many.batch, many.resume = 64, 64, false
+	require.ErrorContains(t, run(many, time.Now(), &out), "64 devices asked for")
 }
