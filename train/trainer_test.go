@@ -55,60 +55,19 @@ func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 	rows.setRow(0, byteTokens([]byte("abc"), []byte("func x()")).IDs, byteBOS)
 	rows.setRow(1, byteTokens([]byte("if err != nil {")).IDs[3:], byteBOS)
 	rows.setRow(1, byteTokens([]byte("x := 1")).IDs[:8], byteBOS) // pads after
-	build := func(withGrad bool) *Graph {
-		g := NewGraph(b, "loss")
-		nodes := make([]*Node, len(params))
-		for i, p := range params {
-			nodes[i] = Parameter(g, p.Name, p.Tensor.Shape())
-		}
-		c := func(x []int32) *Node { return Reshape(Const(g, x), rows.Rows, rows.Width) }
-		in := &Inputs{Model: modelcore.Of(m), Weights: modelcore.Of(m).BindWeights(nodes), DType: dtypes.Float32,
-			Tokens: c(rows.Tokens), Segments: c(rows.Segments), Positions: c(rows.Positions), BOS: byteBOS}
-		loss := NextToken(in).Value
-		outs := []*Node{loss}
-		if withGrad {
-			outs = append(outs, Gradient(loss, nodes...)...)
-		}
-		require.NoError(t, g.Compile(outs...))
-		return g
-	}
-	run := func(g *Graph) []*tensors.Tensor {
-		in := make([]any, len(values))
-		for i, v := range values {
-			in[i] = tensors.FromFlatDataAndDimensions(v, params[i].Tensor.Shape().Dimensions...)
-		}
-		return g.Run(in...)
-	}
-	gradGraph, lossGraph := build(true), build(false)
-	defer gradGraph.Finalize()
-	defer lossGraph.Finalize()
-	out := run(gradGraph)
+	names, shapesOf := make([]string, len(params)), make([]shapes.Shape, len(params))
 	for i, p := range params {
-		grad := tensors.MustCopyFlatData[float32](out[1+i])
-		largest := 0
-		for j := range grad {
-			if math.Abs(float64(grad[j])) > math.Abs(float64(grad[largest])) {
-				largest = j
-			}
-		}
-		for _, j := range []int{largest, rng.IntN(len(grad))} {
-			// Central differences at eps and eps/2 combined (Richardson): the O(eps²)
-			// error cancels, and the loss's float32 rounding (its ulp, 5e-7, over eps)
-			// stays near 2e-5.
-			const eps = 4e-2
-			diff := func(h float32) float64 {
-				orig := values[i][j]
-				values[i][j] = orig + h
-				plus := tensors.MustCopyFlatData[float32](run(lossGraph)[0])[0]
-				values[i][j] = orig - h
-				minus := tensors.MustCopyFlatData[float32](run(lossGraph)[0])[0]
-				values[i][j] = orig
-				return (float64(plus) - float64(minus)) / (2 * float64(h))
-			}
-			numeric := (4*diff(eps/2) - diff(eps)) / 3
-			require.InDelta(t, numeric, float64(grad[j]), 2e-3*math.Abs(numeric)+5e-5, "%s[%d]", p.Name, j)
-		}
+		names[i], shapesOf[i] = p.Name, p.Tensor.Shape()
 	}
+	// eps 4e-2: after Richardson, the loss's float32 rounding (its ulp, 5e-7, over eps)
+	// stays near 2e-5.
+	testutil.GradientCheck{Names: names, Shapes: shapesOf, Eps: 4e-2, RelTol: 2e-3, AbsTol: 5e-5,
+		Loss: func(g *Graph, nodes []*Node) *Node {
+			c := func(x []int32) *Node { return Reshape(Const(g, x), rows.Rows, rows.Width) }
+			in := &Inputs{Model: modelcore.Of(m), Weights: modelcore.Of(m).BindWeights(nodes), DType: dtypes.Float32,
+				Tokens: c(rows.Tokens), Segments: c(rows.Segments), Positions: c(rows.Positions), BOS: byteBOS}
+			return NextToken(in).Value
+		}}.Run(t, b, values, rng)
 }
 
 // masterValues copies the trainer's master weights and moments to the host.

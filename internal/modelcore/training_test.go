@@ -1,7 +1,6 @@
 package modelcore
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -121,66 +120,21 @@ func TestForwardTrainingGradient(t *testing.T) {
 		coef[i] = float32(rng.NormFloat64())
 	}
 
-	build := func(withGrad bool) *Graph {
-		g := NewGraph(b, "grad")
-		nodes := make([]*Node, len(params))
-		for i, p := range params {
-			nodes[i] = Parameter(g, p.Name, p.Tensor.Shape())
-		}
-		tok := Const(g, [][]int32{tokens})
-		vis := Const(g, tensors.MustCopyFlatData[bool](blockVisibility(w, 1)))
-		vis = Reshape(vis, w, w)
-		pos := Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)
-		logits := m.ForwardTraining(m.BindWeights(nodes), TrainingWindow{Tokens: tok, Positions: pos, Visible: vis})
-		loss := ReduceAllSum(Mul(logits, Reshape(Const(g, coef), 1, w, cfg.VocabSize)))
-		outs := []*Node{loss}
-		if withGrad {
-			outs = append(outs, Gradient(loss, nodes...)...)
-		}
-		require.NoError(t, g.Compile(outs...))
-		return g
-	}
-	run := func(g *Graph, vals [][]float32) []*tensors.Tensor {
-		in := make([]any, len(vals))
-		for i, v := range vals {
-			in[i] = tensors.FromFlatDataAndDimensions(v, params[i].Tensor.Shape().Dimensions...)
-		}
-		return g.Run(in...)
-	}
-	gradGraph, lossGraph := build(true), build(false)
-	defer gradGraph.Finalize()
-	defer lossGraph.Finalize()
-	out := run(gradGraph, values)
-	checked := 0
+	names, shapesOf := make([]string, len(params)), make([]shapes.Shape, len(params))
 	for i, p := range params {
-		grad := tensors.MustCopyFlatData[float32](out[1+i])
-		// The coordinate with the largest gradient and a random one.
-		largest := 0
-		for j := range grad {
-			if math.Abs(float64(grad[j])) > math.Abs(float64(grad[largest])) {
-				largest = j
-			}
-		}
-		for _, j := range []int{largest, rng.IntN(len(grad))} {
-			// Central differences at eps and eps/2 combined (Richardson): the O(eps²)
-			// error cancels, leaving O(eps⁴) and the float32 rounding of the loss
-			// (about 1e-6 relative, over eps).
-			const eps = 1e-2
-			diff := func(h float32) float64 {
-				orig := values[i][j]
-				values[i][j] = orig + h
-				plus := tensors.MustCopyFlatData[float32](run(lossGraph, values)[0])[0]
-				values[i][j] = orig - h
-				minus := tensors.MustCopyFlatData[float32](run(lossGraph, values)[0])[0]
-				values[i][j] = orig
-				return (float64(plus) - float64(minus)) / (2 * float64(h))
-			}
-			numeric := (4*diff(eps/2) - diff(eps)) / 3
-			tol := 1e-3*math.Abs(numeric) + 1e-4
-			require.InDelta(t, numeric, float64(grad[j]), tol, "%s[%d]", p.Name, j)
-			checked++
-		}
+		names[i], shapesOf[i] = p.Name, p.Tensor.Shape()
 	}
+	// eps 1e-2: after Richardson, O(eps⁴) and the float32 rounding of the loss (about
+	// 1e-6 relative, over eps) remain.
+	checked := testutil.GradientCheck{Names: names, Shapes: shapesOf, Eps: 1e-2, RelTol: 1e-3, AbsTol: 1e-4,
+		Loss: func(g *Graph, nodes []*Node) *Node {
+			tok := Const(g, [][]int32{tokens})
+			vis := Const(g, tensors.MustCopyFlatData[bool](blockVisibility(w, 1)))
+			vis = Reshape(vis, w, w)
+			pos := Iota(g, shapes.Make(dtypes.Int32, 1, w), 1)
+			logits := m.ForwardTraining(m.BindWeights(nodes), TrainingWindow{Tokens: tok, Positions: pos, Visible: vis})
+			return ReduceAllSum(Mul(logits, Reshape(Const(g, coef), 1, w, cfg.VocabSize)))
+		}}.Run(t, b, values, rng)
 	require.Equal(t, 2*len(params), checked)
 }
 
