@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/blockdiff/blockdiff/internal/jsondepth"
 )
 
 // maxJSONDepth bounds how deeply the arrays and objects of tokenizer.json and
@@ -17,28 +19,8 @@ const maxJSONDepth = 64
 // checkJSONDepth fails when the arrays and objects of data nest deeper than maxJSONDepth.
 // It is one pass over the bytes; syntax errors are left to the decoder.
 func checkJSONDepth(data []byte) error {
-	depth, inString := 0, false
-	for i := 0; i < len(data); i++ {
-		c := data[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '[', '{':
-			if depth++; depth > maxJSONDepth {
-				return fmt.Errorf("arrays and objects nest deeper than %d levels (at byte %d)", maxJSONDepth, i)
-			}
-		case ']', '}':
-			depth--
-		}
+	if _, at := jsondepth.Scan(data, maxJSONDepth); at >= 0 {
+		return fmt.Errorf("arrays and objects nest deeper than %d levels (at byte %d)", maxJSONDepth, at)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/blockdiff/blockdiff/internal/jsondepth"
 )
 
 const (
@@ -316,7 +318,7 @@ func (r *render) projectFilter(name string, args []jinja.Value, kw map[string]ji
 		if !input.IsString() {
 			return base, nil
 		}
-		if d := jsonDepth(input.AsString()); d > maxValueDepth {
+		if d, _ := jsondepth.Scan(input.AsString(), maxValueDepth); d > maxValueDepth {
 			return 0, fmt.Errorf("%w: fromjson of JSON nested %d levels deep, more than %d", ErrLimit, d, maxValueDepth)
 		}
 		// The decoded values take many times the bytes of their text.
@@ -483,33 +485,6 @@ func (z *jsonSizer) walk(v jinja.Value, depth int) {
 	default:
 		z.n += 24
 	}
-}
-
-// jsonDepth is the deepest nesting of brackets in JSON text, outside strings.
-func jsonDepth(s string) int {
-	depth, deepest, inString := 0, 0, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '[', '{':
-			depth++
-			deepest = max(deepest, depth)
-		case ']', '}':
-			depth--
-		}
-	}
-	return deepest
 }
 
 // formatSize bounds the length of what a %-format makes, beyond its arguments: the format
