@@ -10,8 +10,9 @@
 #   bash bench/train.sh report [DIR]  there: DIR's (the shipped demo's) presets and its
 #                                 decoding at batch 1, 8, 64 (~4 min)
 #
-# The stages' budgets fit the device's 10-minute command limit; the conversion checkpoints
-# every 400 steps and resumes with -resume.
+# The stages' budgets fit the device's 10-minute command limit. The conversion checkpoints
+# every 400 steps into /tmp/run/conv, from which `-stage convert -resume` continues while
+# the machine is held.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/train-run}
@@ -52,9 +53,6 @@ stage() { echo; echo "=== $* ($(date +%T))"; }
 began=$(date +%s)
 left() { echo $(($1 - ($(date +%s) - began)))s; } # what remains of a budget of $1 seconds
 
-# The conversion: learning rate 3e-4 to 3e-5 (a first recipe's 5e-4 without the KL term's
-# first-mask rows moved the model far from its base), KL to the base at the anchors and at
-# the rows before a block's masked tail, until CONVERT_END (380) seconds into the command.
 rm -rf /tmp/run && mkdir -p /tmp/run
 # xz may be missing there
 python3 -c '
@@ -79,8 +77,11 @@ wait
 stage "tokenizer: ours against Hugging Face tokenizers on every held-out file"
 cat "$OUT/hfcheck.txt"
 
+# The conversion: learning rate 3e-4 to 3e-5 (a first recipe's 5e-4 without the KL term's
+# first-mask rows moved the model far from its base), KL to the base at the anchors and at
+# the rows before a block's masked tail, until CONVERT_END (380) seconds into the command.
 stage "convert: blocks of 8 then 4, KL to the AR base at anchors and first masks"
-$T -stage convert -quiet -resume -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
+$T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/train.ids -heldout $D/heldout.ids \
   ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-17000000}" -lr 3e-4 -min-lr 3e-5 -warmup 200 -wd 0.1 \
   -block 4 -large-block 8 -large-frac 0.3 -kl-weight 1 -kl-first-masks -log-every 200 -eval-batches 8 \
   -ckpt /tmp/run/conv -ckpt-every 400 -max-time "$(left "${CONVERT_END:-380}")" -reserve 20s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
@@ -92,7 +93,6 @@ timeout 150 $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/
   -max-new "${MAX_NEW:-160}" -batch 16 -batches "${BATCHES:-1,8,64}" -seq "${SEQ:-512}" -eval-batch 16 -eval-batches 32 2>&1 | tee "$OUT/select.txt"
 
 stage "calibrate: FP8 static scales from the validation split; FP8 against bf16"
-rm -rf /tmp/run/demo
 timeout 100 $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
   -heldout $D/heldout.ids -eval-prompts $D/heldout.jsonl.gz -max-eval-prompts 8 -max-new "${MAX_NEW:-160}" -batch 8 \
   -seq "${SEQ:-512}" -calib-seqs 64 -eval-batches 8 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
