@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd CGO_ENABLED=1
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/fixtures
 go build -ldflags="-s -w" -o .gpu/bin/bench ./examples/bench
-for pkg in model diffusion quant backend/hlo; do
+for pkg in internal/modelcore diffusion quant backend/hlo; do
   go test -c -ldflags="-s -w" -o ".gpu/bin/$(basename $pkg).test" "./$pkg"
 done
 # The working tree that travels is limited to 64 MiB: the binaries go packed (xz).

@@ -119,7 +119,7 @@ fixtures() {
   local p
   for p in ${FIXTURES:-model diffusion quant}; do # a subset: FIXTURES="diffusion"
     case $p in
-    model) gotest model model.test 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' ;;
+    model) gotest model modelcore.test 'TestFixtureLogits|TestShardedLogits|TestCachedPath|TestWhile|TestFused' ;;
     diffusion) gotest diffusion diffusion.test "${DIFFUSION_TESTS:-TestFixtureDecode|TestFixtureAutoregressive|TestBatchEqualsSingle|TestSampling|TestStreamAndCancel|TestNonFiniteLogits|TestFinishLengthWhenStopIsPastN|TestGenerateInsideStream}" ;;
     quant) gotest quant quant.test 'E4M3Node|FP8Linear|QuantizedDiffusion|QuantizedWhileLoop|FixtureAccuracy' ;;
     esac
