@@ -82,12 +82,13 @@ type flags struct {
 	calibSeqs                    int
 	masked                       bool
 	klFirstMasks                 bool
+	records, context             int
 }
 
 func main() {
 	log.SetFlags(0)
 	var f flags
-	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model), eval (evaluate -model), convert (fine-tune -base into a block-diffusion model), select (pick -model's decoder presets) or calibrate (FP8 -model into -out)")
+	flag.StringVar(&f.stage, "stage", "ar", "ar (train an autoregressive model), eval (evaluate -model), convert (fine-tune -base into a block-diffusion model), distill (-base's greedy continuations of -train contexts, for convert), select (pick -model's decoder presets) or calibrate (FP8 -model into -out)")
 	flag.StringVar(&f.backend, "backend", "", "GoMLX backend configuration (default: the library's choice)")
 	flag.IntVar(&f.devices, "devices", 1, "devices each training step spreads over, data-parallel (stages ar and convert; -batch a multiple of it); over several, our backend's plugin runs on go-xla's backend")
 	flag.StringVar(&f.trainPath, "train", "", "training token-ids file")
@@ -147,7 +148,9 @@ func main() {
 	flag.IntVar(&f.evalBatch, "eval-batch", 16, "rows per evaluation execution")
 	flag.StringVar(&f.calibPath, "calib", "", "stage calibrate: token-ids file (the validation split) to calibrate on")
 	flag.IntVar(&f.calibSeqs, "calib-seqs", 64, "stage calibrate: windows of -seq tokens to calibrate on")
-	flag.StringVar(&f.outDir, "out", "", "stage calibrate: folder of the FP8 checkpoint")
+	flag.StringVar(&f.outDir, "out", "", "stage calibrate: folder of the FP8 checkpoint; stage distill: token-ids file to write")
+	flag.IntVar(&f.records, "records", 16384, "stage distill: contexts the base continues")
+	flag.IntVar(&f.context, "context", 128, "stage distill: training tokens of each context, at most")
 	flag.BoolVar(&f.masked, "masked", false, "stage eval: also the masked cross-entropy of blocks of -block by masks per block")
 	flag.Parse()
 	start := time.Now()
@@ -195,8 +198,10 @@ func run(f flags, start time.Time, out io.Writer) error {
 		return selectDecoder(ctx, b, f, dtype, out)
 	case "calibrate":
 		return calibrate(ctx, b, f, dtype, out)
+	case "distill":
+		return distillStage(ctx, b, f, dtype, start, out)
 	}
-	return fmt.Errorf("-stage %q: want ar, eval, convert, select or calibrate", f.stage)
+	return fmt.Errorf("-stage %q: want ar, eval, convert, select, calibrate or distill", f.stage)
 }
 
 // readOptional reads a token-ids file, or returns nil for an empty path.

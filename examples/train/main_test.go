@@ -58,7 +58,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(flags{stage: "eval", modelDir: f.ckpt, heldOutPath: ids, heldOutBytes: 600, seq: 16, batch: 4}, time.Now(), &out))
 	assert.Contains(t, out.String(), "bits/byte")
 
-	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar, eval, convert, select or calibrate")
+	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar, eval, convert, select, calibrate or distill")
 
 	many := f
 	many.devices, many.batch, many.resume = 64, 64, false
