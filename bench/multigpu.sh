@@ -9,7 +9,14 @@
 #                                  .gpu builds: they empty .gpu)
 #   bash bench/multigpu.sh         there: the check (~1 min), then DEVICES ("1 2") runs
 #                                  of STEPS (300) steps, BATCH_PER_GPU (32) rows of 512
-#                                  each, at the shape of bench/train.sh's ar stage (~4 min)
+#                                  each, at the shape of bench/train.sh's ar stage (~4 min),
+#                                  then the tensor-parallel decoding below
+#   bash bench/multigpu.sh tp      there: tensor-parallel decoding alone (one GPU or more):
+#                                  its check against one device on the fixture models and
+#                                  a 2-layer MiniCPM5-2B shape (~2 min), then the batch-1
+#                                  AR and denoise steps of the MiniCPM5-2B shape on one
+#                                  device and over 1 (a mesh of one), 2, 4, 8 GPUs as the
+#                                  machine has them, TP_STEPS (300) steps each (~5 min)
 #
 # One GPU runs on ours (what backend.Select picks) and on go-xla's backend; several run
 # on go-xla's (backend.ForDevices), so the speed-up that counts is against go-xla's one
@@ -23,6 +30,8 @@ if [ "${1:-}" = build ]; then
   rm -rf $B && mkdir -p $B/bin
   go build -ldflags="-s -w" -o $B/bin/train ./examples/train
   go test -c -ldflags="-s -w" -o $B/bin/train.test ./train
+  go test -c -ldflags="-s -w" -o $B/bin/modelcore.test ./internal/modelcore
+  mkdir -p $B/fixtures && cp -r ../shared/fixtures/models $B/fixtures/
   (cd $B && tar cf - bin) | xz -9 -T2 >$B/bin.txz && rm -rf $B/bin
   du -sh $B
   exit 0
@@ -39,6 +48,34 @@ unset GOMLX_BACKEND
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 gpus=$(nvidia-smi --list-gpus | wc -l)
 echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE, $gpus GPUs" | tee -a "$OUT/env.txt"
+
+# tensor_parallel: internal/modelcore's tensor-parallel decoding on go-xla's backend,
+# its check against one device, then its steps' medians as a table (tp.txt).
+tensor_parallel() {
+  echo; echo "=== tensor-parallel check: logits and greedy tokens against one device ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 600 $T/modelcore.test \
+    -test.run '^TestTensorParallelMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-check.log" |
+    grep -E '^(---|ok|FAIL|PASS)|^ +--- |devices: max|Error|skip' | head -40
+  echo; echo "=== tensor-parallel steps, MiniCPM5-2B shape, bf16, batch 1 ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 900 $T/modelcore.test -test.run '^$' -test.bench '^BenchmarkTensorParallel$' \
+    -test.benchtime "${TP_STEPS:-300}x" -test.count=1 2>&1 | tee "$OUT/tp-bench.log" | grep -E 'Benchmark|FAIL|panic|Error' | head -20
+  python3 - "$OUT/tp-bench.log" <<'PY' | tee "$OUT/tp.txt"
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'BenchmarkTensorParallel/(\w+)/(\S+?)(-\d+)?\s+\d+\s+.*?([\d.]+) median-ms', line)
+    if m:
+        rows[(m.group(1), m.group(2))] = float(m.group(4))
+print(f"{'step':<8} {'run':<6} {'median ms':>9} {'vs plain':>8}")
+for (kind, run), ms in rows.items():
+    base = rows.get((kind, 'plain'))
+    print(f"{kind:<8} {run:<6} {ms:>9.3f} {ms / base if base else 0:>7.2f}x")
+PY
+}
+if [ "${1:-}" = tp ]; then
+  tensor_parallel
+  exit 0
+fi
 
 echo; echo "=== check: data-parallel steps against one GPU's ($(date +%T))"
 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 300 $T/train.test -test.run '^TestDataParallelMatchesOneDevice$' -test.v -test.count=1 \
@@ -88,3 +125,5 @@ for label, n, batch, rate, loss in rows:
     rel = lambda b: f"{rate / b:.2f}x" if b else "-"
     print(f"{label:<10} {n:>4} {batch:>5} {rate:>10.0f} {rel(xla1):>11} {rel(ours):>9}  {loss}")
 PY
+
+tensor_parallel

@@ -100,7 +100,7 @@ func (tp *TensorParallel) NewSession(capacity, blockSize int) (*Session, error) 
 	}
 	s := &Session{m: m, capacity: capacity, blockSize: blockSize, tp: tp}
 	zeros := make([]byte, shape.ByteSize())
-	for d := range tp.devices() {
+	for d := range tp.Devices() {
 		list := make([]*tensors.Tensor, 2*m.Config.NumLayers)
 		for i := range list {
 			t, err := tensors.FromRaw(m.backend, compute.DeviceNum(d), shape, zeros)

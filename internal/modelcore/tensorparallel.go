@@ -3,6 +3,7 @@ package modelcore
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gomlx/compute"
@@ -47,13 +48,60 @@ type TensorParallel struct {
 	closed   atomic.Bool
 }
 
-// TensorParallel lays the model's weights over the first devices of its backend (see
-// [TensorParallel]). devices may be 1: one device runs the partitioned programs over a
-// mesh of one. It refuses a shape the plan cannot split over devices, more devices
-// than the backend addresses, a backend that cannot partition programs, and linear
-// layers that are not dense.
+// TensorParallel returns the model's weights laid over the first devices of its
+// backend (see [TensorParallel]), made on first use and kept until the model closes or
+// its linear layers change ([Model.Linears]); closing it frees it sooner. devices may
+// be 1: one device runs the partitioned programs over a mesh of one. It refuses a shape
+// the plan cannot split over devices, more devices than the backend addresses, a
+// backend that cannot partition programs, and linear layers that are not dense.
 func (m *Model) TensorParallel(devices int) (*TensorParallel, error) {
-	return m.tensorParallel(devices, true)
+	return m.parallel.get(m, devices, true)
+}
+
+// TensorParallelLayout is [Model.TensorParallel] without the devices: the weights laid
+// out for devices but whole on device 0, whose programs run unpartitioned, as XLA's
+// partitioner sees them before it splits them. It runs on any backend, for tests of
+// the layout.
+func (m *Model) TensorParallelLayout(devices int) (*TensorParallel, error) {
+	return m.parallel.get(m, devices, false)
+}
+
+// parallelLayouts keeps a model's tensor-parallel layouts by devices and partitioning.
+type parallelLayouts struct {
+	mu      sync.Mutex
+	layouts map[[2]int]*TensorParallel
+}
+
+// get returns the layout, making it where there is none or it was closed.
+func (c *parallelLayouts) get(m *Model, devices int, partitioned bool) (*TensorParallel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := [2]int{devices, 0}
+	if partitioned {
+		key[1] = 1
+	}
+	if tp, ok := c.layouts[key]; ok && !tp.closed.Load() {
+		return tp, nil
+	}
+	tp, err := m.tensorParallel(devices, partitioned)
+	if err != nil {
+		return nil, err
+	}
+	if c.layouts == nil {
+		c.layouts = map[[2]int]*TensorParallel{}
+	}
+	c.layouts[key] = tp
+	return tp, nil
+}
+
+// closeAll closes every layout.
+func (c *parallelLayouts) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tp := range c.layouts {
+		_ = tp.Close()
+	}
+	c.layouts = nil
 }
 
 // tensorParallel is [Model.TensorParallel]; without partitioned, the weights are laid
@@ -164,9 +212,10 @@ func placementSize(pl sharding.Placement) int {
 	return n
 }
 
-// devices is the number of devices the programs run on: the plan's, or one without a
-// mesh.
-func (tp *TensorParallel) devices() int {
+// Devices is the number of devices its programs run on, the lists of inputs
+// [Program.RunDevices] takes: the plan's, or one for a layout
+// ([Model.TensorParallelLayout]).
+func (tp *TensorParallel) Devices() int {
 	if tp.mesh == nil {
 		return 1
 	}
@@ -175,7 +224,7 @@ func (tp *TensorParallel) devices() int {
 
 // load places each device's share of every parameter on it.
 func (tp *TensorParallel) load() error {
-	b, n := tp.m.backend, tp.devices()
+	b, n := tp.m.backend, tp.Devices()
 	for i, t := range tp.order {
 		list := make([]*tensors.Tensor, n)
 		tp.shards = append(tp.shards, list)
@@ -260,6 +309,16 @@ func (tp *TensorParallel) WeightSpec(t *tensors.Tensor) (*distributed.ShardingSp
 		spec = tp.specs[i]
 	}
 	return spec, tp.logical[i], nil
+}
+
+// CacheShape is the shape of one layer's keys or values, [b, kvHeads, s, headDim]:
+// the model's, or in a tensor-parallel program the cache laid out whole
+// ([TensorParallel.CacheShape]).
+func (w *Weights) CacheShape(batch, capacity int) shapes.Shape {
+	if w.tp == nil {
+		return w.Model.CacheShape(batch, capacity)
+	}
+	return shapes.Make(w.Model.DType, batch, w.tp.CacheKVHeads(), capacity, w.Model.Config.HeadDim)
 }
 
 // CacheShape is the shape of one layer's keys or values laid out whole: [b,
@@ -373,7 +432,7 @@ func (p *Program) RunDevices(inputs [][]*tensors.Tensor) (outputs [][]*tensors.T
 	if err := p.tp.usable(); err != nil {
 		return nil, fmt.Errorf("%w (running %s)", err, p.g.Name())
 	}
-	devices := p.tp.devices()
+	devices := p.tp.Devices()
 	if len(inputs) != devices {
 		return nil, fmt.Errorf("model: program %s runs on %d devices, got inputs for %d", p.g.Name(), devices, len(inputs))
 	}

@@ -11,26 +11,8 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/stretchr/testify/require"
 
-	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/testutil"
 )
-
-// partitioningBackend returns go-xla's backend on the XLA plugin the library would pick
-// (BLOCKDIFF_PJRT_PLUGIN, or one package backend finds), which partitions programs over
-// the plugin's devices (backend.ForDevices), or skips. options are appended to its
-// configuration.
-func partitioningBackend(tb testing.TB, options string) compute.Backend {
-	tb.Helper()
-	choice := backend.Select()
-	if !choice.IsXLA() {
-		tb.Skipf("needs an XLA plugin (set %s); the backend is %s", backend.PluginEnv, choice)
-	}
-	choice = backend.ForDevices(choice, 2)
-	b, err := backend.NewWithConfig(choice.Config + options)
-	require.NoError(tb, err)
-	tb.Cleanup(b.Finalize)
-	tb.Logf("backend %s: %d devices", choice.Config+options, b.NumDevices())
-	return b
-}
 
 // tpDeviceCounts are the device counts the tensor-parallel runs take: 1 (a mesh of one)
 // and the powers of two up to the backend's devices, at most 8.
@@ -49,7 +31,7 @@ func tpDeviceCounts(b compute.Backend) []int {
 // (BLOCKDIFF_PJRT_PLUGIN, or one package backend finds); run it alone (-run
 // TestTensorParallelMatchesOneDevice): it makes its own client.
 func TestTensorParallelMatchesOneDevice(t *testing.T) {
-	b := partitioningBackend(t, ",tf32=false")
+	b := testutil.PartitioningBackend(t, ",tf32=false")
 	models := tpModels(t, b)
 	cfg := MiniCPM5_2B
 	cfg.NumLayers = 2
@@ -88,7 +70,7 @@ func TestTensorParallelMatchesOneDevice(t *testing.T) {
 // its steps, the host's read of the logits included ("median-ms"). It needs an XLA
 // plugin (see TestTensorParallelMatchesOneDevice) and about 5 GB of memory per device.
 func BenchmarkTensorParallel(b *testing.B) {
-	be := partitioningBackend(b, "")
+	be := testutil.PartitioningBackend(b, "")
 	m, err := NewRandom(be, MiniCPM5_2B, dtypes.BFloat16, 1)
 	require.NoError(b, err)
 	defer m.Close()

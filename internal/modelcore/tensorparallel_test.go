@@ -185,7 +185,7 @@ func testLayoutDecodes(t *testing.T, name string, m *Model) {
 	want := traceDecode(t, m.Config, m.NewSession, 3, nil)
 	for _, n := range []int{1, 2, 4, 8} {
 		t.Run(fmt.Sprintf("%s/%d", name, n), func(t *testing.T) {
-			tp, err := m.tensorParallel(n, false)
+			tp, err := m.TensorParallelLayout(n)
 			if err != nil {
 				t.Logf("not split: %v", err)
 				require.ErrorContains(t, err, "does not divide")
