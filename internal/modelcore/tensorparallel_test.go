@@ -317,6 +317,39 @@ func TestTensorParallelRefusals(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
+// A model keeps its layouts: the same one until it is closed, or the model's linear
+// layers change, or the model closes.
+func TestTensorParallelLayoutsAreKept(t *testing.T) {
+	m, err := NewRandom(testutil.Backend(t), tpConfig(), dtypes.Float32, 1)
+	require.NoError(t, err)
+	a, err := m.TensorParallelLayout(2)
+	require.NoError(t, err)
+	again, err := m.TensorParallelLayout(2)
+	require.NoError(t, err)
+	assert.Same(t, a, again)
+	four, err := m.TensorParallelLayout(4)
+	require.NoError(t, err)
+	assert.NotSame(t, a, four)
+	require.NoError(t, a.Close())
+	b, err := m.TensorParallelLayout(2)
+	require.NoError(t, err)
+	assert.NotSame(t, a, b, "a closed layout is made again")
+	l := m.Linears()[0]
+	l.Set(l.Linear)
+	_, err = b.NewSession(16, 1)
+	assert.ErrorIs(t, err, ErrClosed, "the linear layers changed")
+	c, err := m.TensorParallelLayout(2)
+	require.NoError(t, err)
+	s, err := c.NewSession(16, 1)
+	require.NoError(t, err)
+	_, err = s.Prefill([]int{1, 2, 3})
+	require.NoError(t, err)
+	s.Close()
+	require.NoError(t, m.Close())
+	_, err = c.NewSession(16, 1)
+	assert.ErrorIs(t, err, ErrClosed, "the model closed")
+}
+
 // notDense is a linear layer of another type than Dense, for the refusal.
 type notDense struct{ Linear }
 
