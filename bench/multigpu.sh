@@ -4,19 +4,21 @@
 # 1, 2, … GPUs, printed as a table. Build here, run there carrying .gpu (a machine of
 # two GPUs or more: nvidia-h200-x2):
 #
-#   bash bench/multigpu.sh build   here: the train binary and package train's test
-#                                  binary into .gpu/multigpu (build it after the other
-#                                  .gpu builds: they empty .gpu)
+#   bash bench/multigpu.sh build   here: the train binary, the test binaries of train,
+#                                  internal/modelcore and diffusion, and the fixture models
+#                                  into .gpu/multigpu (build it after the other .gpu
+#                                  builds: they empty .gpu)
 #   bash bench/multigpu.sh         there: the check (~1 min), then DEVICES ("1 2") runs
 #                                  of STEPS (300) steps, BATCH_PER_GPU (32) rows of 512
 #                                  each, at the shape of bench/train.sh's ar stage (~4 min),
 #                                  then the tensor-parallel decoding below
 #   bash bench/multigpu.sh tp      there: tensor-parallel decoding alone (one GPU or more):
-#                                  its check against one device on the fixture models and
-#                                  a 2-layer MiniCPM5-2B shape (~2 min), then the batch-1
-#                                  AR and denoise steps of the MiniCPM5-2B shape on one
-#                                  device and over 1 (a mesh of one), 2, 4, 8 GPUs as the
-#                                  machine has them, TP_STEPS (300) steps each (~5 min)
+#                                  its checks against one device (the steps' logits on the
+#                                  fixture models and a 2-layer MiniCPM5-2B shape, the
+#                                  decoder's tokens on the fixtures; ~5 min), then the
+#                                  batch-1 AR and denoise steps of the MiniCPM5-2B shape on
+#                                  one device and over 1 (a mesh of one), 2, 4, 8 GPUs as
+#                                  the machine has them, TP_STEPS (300) steps each (~5 min)
 #
 # One GPU runs on ours (what backend.Select picks) and on go-xla's backend; several run
 # on go-xla's (backend.ForDevices), so the speed-up that counts is against go-xla's one
@@ -31,6 +33,7 @@ if [ "${1:-}" = build ]; then
   go build -ldflags="-s -w" -o $B/bin/train ./examples/train
   go test -c -ldflags="-s -w" -o $B/bin/train.test ./train
   go test -c -ldflags="-s -w" -o $B/bin/modelcore.test ./internal/modelcore
+  go test -c -ldflags="-s -w" -o $B/bin/diffusion.test ./diffusion
   mkdir -p $B/fixtures && cp -r ../shared/fixtures/models $B/fixtures/
   (cd $B && tar cf - bin) | xz -9 -T2 >$B/bin.txz && rm -rf $B/bin
   du -sh $B
@@ -56,6 +59,10 @@ tensor_parallel() {
   BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 600 $T/modelcore.test \
     -test.run '^TestTensorParallelMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-check.log" |
     grep -E '^(---|ok|FAIL|PASS)|^ +--- |devices: max|Error|skip' | head -40
+  echo; echo "=== tensor-parallel check: the decoder's tokens against one device ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 600 $T/diffusion.test \
+    -test.run '^TestTensorParallelDecoderMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-decoder.log" |
+    grep -E '^(---|ok|FAIL|PASS)|^ +--- [A-Z]+: [^ ]+/[0-9]+ |Error|skip' | head -40
   echo; echo "=== tensor-parallel steps, MiniCPM5-2B shape, bf16, batch 1 ($(date +%T))"
   BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 900 $T/modelcore.test -test.run '^$' -test.bench '^BenchmarkTensorParallel$' \
     -test.benchtime "${TP_STEPS:-300}x" -test.count=1 2>&1 | tee "$OUT/tp-bench.log" | grep -E 'Benchmark|FAIL|panic|Error' | head -20

@@ -297,9 +297,9 @@ func (tp *TensorParallel) parameter(g *Graph, name string, i int) *Node {
 	return ShardedParameter(g, name, tp.logical[i], tp.specs[i])
 }
 
-// WeightSpec returns the sharding spec of the model's parameter t (nil for a layout
+// weightSpec returns the sharding spec of the model's parameter t (nil for a layout
 // without a mesh), and its shape laid out whole.
-func (tp *TensorParallel) WeightSpec(t *tensors.Tensor) (*distributed.ShardingSpec, shapes.Shape, error) {
+func (tp *TensorParallel) weightSpec(t *tensors.Tensor) (*distributed.ShardingSpec, shapes.Shape, error) {
 	i := slices.Index(tp.order, t)
 	if i < 0 {
 		return nil, shapes.Shape{}, fmt.Errorf("model: tensor %s is not a parameter of the model", t.Shape())

@@ -226,7 +226,7 @@ func TestTensorParallelSpecs(t *testing.T) {
 			split[l.Down.Params()[0]] = [2][]int{{h, ffn}, {h, ffn / n}}
 		}
 		for i, w := range m.params() {
-			spec, logical, err := tp.WeightSpec(w)
+			spec, logical, err := tp.weightSpec(w)
 			require.NoError(t, err)
 			dims, ok := split[w]
 			if !ok {
@@ -244,7 +244,7 @@ func TestTensorParallelSpecs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []int{1, plan.LocalKVHeads, 16, hd}, spec.ShardShape(cache).Dimensions)
 	}
-	_, _, err := (&TensorParallel{}).WeightSpec(m.Embed)
+	_, _, err := (&TensorParallel{}).weightSpec(m.Embed)
 	assert.ErrorContains(t, err, "is not a parameter of the model")
 }
 
