@@ -74,6 +74,32 @@ func TestTensorParallelLayoutDecodes(t *testing.T) {
 	}
 }
 
+// One device, asked for or not, is the plain decoder: no layout is asked for, and the
+// results are those of the default.
+func TestOneDeviceIsThePlainDecoder(t *testing.T) {
+	m := tinyModel(t)
+	ps := prompts(m, 3)
+	cfg := Quality
+	cfg.MaxNewTokens = 9
+	d, err := New(m, cfg)
+	require.NoError(t, err)
+	want, err := d.GenerateBatch(context.Background(), ps)
+	require.NoError(t, err)
+	cfg.Devices = 1
+	one, err := New(m, cfg)
+	require.NoError(t, err)
+	one.parallel = func(int) (*modelcore.TensorParallel, error) {
+		t.Error("one device asked for a tensor-parallel layout")
+		return nil, fmt.Errorf("unexpected")
+	}
+	got, err := one.GenerateBatch(context.Background(), ps)
+	require.NoError(t, err)
+	for _, r := range append(want, got...) {
+		r.Stats.PrefillTime, r.Stats.DecodeTime = 0, 0
+	}
+	require.Equal(t, want, got)
+}
+
 // Devices is checked, and a backend that cannot spread over them is refused when the
 // decoder is made.
 func TestDevicesRefused(t *testing.T) {
