@@ -12,13 +12,15 @@
 #                                  of STEPS (300) steps, BATCH_PER_GPU (32) rows of 512
 #                                  each, at the shape of bench/train.sh's ar stage (~4 min),
 #                                  then the tensor-parallel decoding below
-#   bash bench/multigpu.sh tp      there: tensor-parallel decoding alone (one GPU or more):
-#                                  its checks against one device (the steps' logits on the
-#                                  fixture models and a 2-layer MiniCPM5-2B shape, the
-#                                  decoder's tokens on the fixtures; ~5 min), then the
-#                                  batch-1 AR and denoise steps of the MiniCPM5-2B shape on
-#                                  one device and over 1 (a mesh of one), 2, 4, 8 GPUs as
-#                                  the machine has them, TP_STEPS (300) steps each (~5 min)
+#   bash bench/multigpu.sh tp [check|bench]
+#                                  there: tensor-parallel decoding alone (one GPU or more):
+#                                  check, its checks against one device (the steps' logits
+#                                  on the fixture models and a 2-layer MiniCPM5-2B shape,
+#                                  the decoder's tokens on the fixtures; ≤ 10 min); bench,
+#                                  the batch-1 AR and denoise steps of the MiniCPM5-2B
+#                                  shape on one device and over 1 (a mesh of one), 2, 4, 8
+#                                  GPUs as the machine has them, TP_STEPS (300) steps each
+#                                  (≤ 9 min); both without an argument
 #
 # One GPU runs on ours (what backend.Select picks) and on go-xla's backend; several run
 # on go-xla's (backend.ForDevices), so the speed-up that counts is against go-xla's one
@@ -55,32 +57,38 @@ echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE, $gpus GPUs" | tee -a "$OUT/env.txt"
 # tensor_parallel: internal/modelcore's tensor-parallel decoding on go-xla's backend,
 # its check against one device, then its steps' medians as a table (tp.txt).
 tensor_parallel() {
+  [ "${1:-check}" = check ] || { tensor_parallel_bench; return; }
   echo; echo "=== tensor-parallel check: logits and greedy tokens against one device ($(date +%T))"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 600 $T/modelcore.test \
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/modelcore.test \
     -test.run '^TestTensorParallelMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-check.log" |
     grep -E '^(---|ok|FAIL|PASS)|^ +--- |devices: max|Error|skip' | head -40
   echo; echo "=== tensor-parallel check: the decoder's tokens against one device ($(date +%T))"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 600 $T/diffusion.test \
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/diffusion.test \
     -test.run '^TestTensorParallelDecoderMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-decoder.log" |
     grep -E '^(---|ok|FAIL|PASS)|^ +--- [A-Z]+: [^ ]+/[0-9]+ |Error|skip' | head -40
+  [ "${1:-}" = check ] || tensor_parallel_bench
+}
+tensor_parallel_bench() {
   echo; echo "=== tensor-parallel steps, MiniCPM5-2B shape, bf16, batch 1 ($(date +%T))"
-  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 900 $T/modelcore.test -test.run '^$' -test.bench '^BenchmarkTensorParallel$' \
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 540 $T/modelcore.test -test.run '^$' -test.bench '^BenchmarkTensorParallel$' \
     -test.benchtime "${TP_STEPS:-300}x" -test.count=1 2>&1 | tee "$OUT/tp-bench.log" | grep -E 'Benchmark|FAIL|panic|Error' | head -20
   python3 - "$OUT/tp-bench.log" <<'PY' | tee "$OUT/tp.txt"
 import re, sys
 rows = {}
 for line in open(sys.argv[1]):
-    m = re.match(r'BenchmarkTensorParallel/(\w+)/(\S+?)(-\d+)?\s+\d+\s+.*?([\d.]+) median-ms', line)
+    m = re.match(r'BenchmarkTensorParallel/(\w+)/(\S+?)(-\d+)?\s+\d+\s+.*?([\d.]+) median-ms\s+([\d.]+) ms/step', line)
     if m:
-        rows[(m.group(1), m.group(2))] = float(m.group(4))
-print(f"{'step':<8} {'run':<6} {'median ms':>9} {'vs plain':>8}")
-for (kind, run), ms in rows.items():
-    base = rows.get((kind, 'plain'))
-    print(f"{kind:<8} {run:<6} {ms:>9.3f} {ms / base if base else 0:>7.2f}x")
+        rows[(m.group(1), m.group(2))] = (float(m.group(4)), float(m.group(5)))
+print("median-ms: one step with the host's read of its logits; ms/step: the device's work alone")
+print(f"{'step':<8} {'run':<6} {'median-ms':>9} {'vs plain':>8} {'ms/step':>8} {'vs plain':>8}")
+for (kind, run), (ms, dev) in rows.items():
+    base = rows.get((kind, 'plain'), (0, 0))
+    rel = lambda x, b: f"{x / b:.2f}x" if b else "-"
+    print(f"{kind:<8} {run:<6} {ms:>9.3f} {rel(ms, base[0]):>8} {dev:>8.3f} {rel(dev, base[1]):>8}")
 PY
 }
 if [ "${1:-}" = tp ]; then
-  tensor_parallel
+  tensor_parallel "${2:-}"
   exit 0
 fi
 

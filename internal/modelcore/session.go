@@ -59,6 +59,9 @@ type Session struct {
 	// device's share of the cache, and cache is nil.
 	tp     *TensorParallel
 	caches []*Cache
+	// unread has passes free their logits unread and return none: benchmarks that time
+	// the device's work without the host's read.
+	unread bool
 }
 
 // NewSession allocates a cache of capacity positions for block-causal attention with
@@ -213,7 +216,7 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 		old.Free()
 		s.length += w
 	}
-	return logitRows(out[0])
+	return s.logits(out[0])
 }
 
 // runDevices runs a pass of [Session.run] tensor-parallel: tokens and start whole on
@@ -256,7 +259,15 @@ func (s *Session) runDevices(key string, inputs []shapes.Shape, build BuildFunc,
 	if write {
 		s.length += len(tokens)
 	}
-	return logitRows(out[0][0])
+	return s.logits(out[0][0])
+}
+
+// logits reads a pass's logits [1, r, v] back to the host, or frees them unread.
+func (s *Session) logits(t *tensors.Tensor) ([][]float32, error) {
+	if s.unread {
+		return nil, t.FinalizeAll()
+	}
+	return logitRows(t)
 }
 
 // checkTokens rejects empty inputs and ids outside the vocabulary, which the embedding

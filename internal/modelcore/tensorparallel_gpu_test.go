@@ -63,32 +63,51 @@ func TestTensorParallelMatchesOneDevice(t *testing.T) {
 }
 
 // BenchmarkTensorParallel times the batch-1 steps of the MiniCPM5-2B shape (bfloat16,
-// random weights) against a cache holding 512 positions: "ar", the autoregressive
-// step (one token committed, blocks of one), and "denoise", the denoise step (4 tokens,
-// nothing written). "plain" is the model on one device as it decodes today; "tp=N" is
-// tensor-parallel over N devices (1: a mesh of one). Each reports the median time of
-// its steps, the host's read of the logits included ("median-ms"). It needs an XLA
-// plugin (see TestTensorParallelMatchesOneDevice) and about 5 GB of memory per device.
+// random weights) against a cache holding 512 positions or more: "ar", the
+// autoregressive step (one token committed, blocks of one), and "denoise", the denoise
+// step (4 tokens, nothing written). "plain" is the model on one device as it decodes
+// today; "tp=N" is tensor-parallel over N devices (1: a mesh of one). Each reports the
+// median time of its steps with the host's read of the logits ("median-ms"), and the
+// mean time of a run of steps whose logits are not read, the device's work alone
+// ("ms/step"). It needs an XLA plugin (see TestTensorParallelMatchesOneDevice) and
+// about 10 GB of memory on the first device.
 func BenchmarkTensorParallel(b *testing.B) {
 	be := testutil.PartitioningBackend(b, "")
 	m, err := NewRandom(be, MiniCPM5_2B, dtypes.BFloat16, 1)
 	require.NoError(b, err)
 	defer m.Close()
+	benchTensorParallel(b, m, tpDeviceCounts(be), m.TensorParallel)
+}
+
+// benchTensorParallel is BenchmarkTensorParallel on m, tensor-parallel over each of
+// counts through parallel.
+func benchTensorParallel(b *testing.B, m *Model, counts []int, parallel func(int) (*TensorParallel, error)) {
 	prompt := make([]int, 512)
 	for i := range prompt {
 		prompt[i] = (31*i + 7) % m.Config.VocabSize
 	}
-	const capacity = 2048
+	const capacity, burst = 2048, 200
 	run := func(b *testing.B, open func(capacity, block int) (*Session, error), kind string) {
 		block, tokens := 1, []int{11}
 		if kind == "denoise" {
 			block, tokens = 4, []int{11, m.Config.MaskTokenID, m.Config.MaskTokenID, m.Config.MaskTokenID}
 		}
-		s, err := open(capacity, block)
-		require.NoError(b, err)
+		var s *Session
 		defer func() { s.Close() }()
-		_, err = s.Prefill(prompt)
-		require.NoError(b, err)
+		// reopen starts a session past the prompt unless s has room for n more steps.
+		reopen := func(n int) {
+			if s != nil && s.Len()+n*len(tokens) <= capacity {
+				return
+			}
+			if s != nil {
+				s.Close()
+			}
+			var err error
+			s, err = open(capacity, block)
+			require.NoError(b, err)
+			_, err = s.Prefill(prompt)
+			require.NoError(b, err)
+		}
 		step := func() error {
 			if kind == "denoise" {
 				_, err := s.Step(tokens)
@@ -97,18 +116,13 @@ func BenchmarkTensorParallel(b *testing.B) {
 			_, err := s.Commit(tokens)
 			return err
 		}
+		reopen(1)
 		require.NoError(b, step(), "the first step, which compiles its program")
 		var times []time.Duration
 		for b.Loop() {
-			if s.Len()+len(tokens) > capacity {
-				b.StopTimer()
-				s.Close()
-				s, err = open(capacity, block)
-				require.NoError(b, err)
-				_, err = s.Prefill(prompt)
-				require.NoError(b, err)
-				b.StartTimer()
-			}
+			b.StopTimer()
+			reopen(1)
+			b.StartTimer()
 			start := time.Now()
 			err := step()
 			times = append(times, time.Since(start))
@@ -116,12 +130,22 @@ func BenchmarkTensorParallel(b *testing.B) {
 		}
 		slices.Sort(times)
 		b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
+
+		reopen(burst + 1)
+		s.unread = true
+		start := time.Now()
+		for range burst {
+			require.NoError(b, step())
+		}
+		s.unread = false
+		require.NoError(b, step(), "the last step, read: the device is done")
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000/(burst+1), "ms/step")
 	}
 	for _, kind := range []string{"ar", "denoise"} {
 		b.Run(kind+"/plain", func(b *testing.B) { run(b, m.NewSession, kind) })
 	}
-	for _, n := range tpDeviceCounts(be) {
-		tp, err := m.TensorParallel(n)
+	for _, n := range counts {
+		tp, err := parallel(n)
 		require.NoError(b, err)
 		for _, kind := range []string{"ar", "denoise"} {
 			b.Run(fmt.Sprintf("%s/tp=%d", kind, n), func(b *testing.B) { run(b, tp.NewSession, kind) })
