@@ -4,8 +4,8 @@
 # 1, 2, … GPUs, printed as a table. Build here, run there carrying .gpu (a machine of
 # two GPUs or more: nvidia-h200-x2):
 #
-#   bash bench/multigpu.sh build   here: the train binary, the test binaries of train,
-#                                  internal/modelcore and diffusion, and the fixture models
+#   bash bench/multigpu.sh build   here: the train and generate binaries, the test binaries
+#                                  of train, internal/modelcore and diffusion, the fixtures
 #                                  into .gpu/multigpu (build it after the other .gpu
 #                                  builds: they empty .gpu)
 #   bash bench/multigpu.sh         there: the check (~1 min), then DEVICES ("1 2") runs
@@ -16,7 +16,8 @@
 #                                  there: tensor-parallel decoding alone (one GPU or more):
 #                                  check, its checks against one device (the steps' logits
 #                                  on the fixture models and a 2-layer MiniCPM5-2B shape,
-#                                  the decoder's tokens on the fixtures; ≤ 10 min); bench,
+#                                  the decoder's tokens on the fixtures, on 2 GPUs the demo
+#                                  model's text by examples/generate; ≤ 10 min); bench,
 #                                  the batch-1 AR and denoise steps of the MiniCPM5-2B
 #                                  shape on one device and over 1 (a mesh of one), 2, 4, 8
 #                                  GPUs as the machine has them, TP_STEPS (300) steps each
@@ -33,6 +34,7 @@ if [ "${1:-}" = build ]; then
   export GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd CGO_ENABLED=1
   rm -rf $B && mkdir -p $B/bin
   go build -ldflags="-s -w" -o $B/bin/train ./examples/train
+  go build -ldflags="-s -w" -o $B/bin/generate ./examples/generate
   go test -c -ldflags="-s -w" -o $B/bin/train.test ./train
   go test -c -ldflags="-s -w" -o $B/bin/modelcore.test ./internal/modelcore
   go test -c -ldflags="-s -w" -o $B/bin/diffusion.test ./diffusion
@@ -66,6 +68,16 @@ tensor_parallel() {
   BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/diffusion.test \
     -test.run '^TestTensorParallelDecoderMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-decoder.log" |
     grep -E '^(---|ok|FAIL|PASS)|^ +--- [A-Z]+: [^ ]+/[0-9]+ |Error|skip' | head -40
+  if [ "$gpus" -ge 2 ]; then
+    echo; echo "=== the demo model's text, go-xla's backend on one GPU and over 2 (examples/generate -devices; bf16) ($(date +%T))"
+    for n in 1 2; do
+      GOMLX_BACKEND="xla:$plugin" timeout 120 $T/generate -devices $n -max-tokens 96 >"$OUT/tp-generate-$n.txt" 2>"$OUT/tp-generate-$n.log" ||
+        { echo "generate -devices $n failed:"; tail -3 "$OUT/tp-generate-$n.log"; }
+      tail -2 "$OUT/tp-generate-$n.log"
+    done
+    if cmp -s "$OUT/tp-generate-1.txt" "$OUT/tp-generate-2.txt"; then echo "the same text"; else
+      echo "the texts differ:"; diff "$OUT/tp-generate-1.txt" "$OUT/tp-generate-2.txt" | head -8; fi
+  fi
   [ "${1:-}" = check ] || tensor_parallel_bench
 }
 tensor_parallel_bench() {
