@@ -17,19 +17,16 @@ import (
 	"github.com/blockdiff/blockdiff/internal/sharding"
 )
 
-// TensorParallel is a model's weights laid over several devices of its backend by a
-// sharding.TensorParallel plan, for decoding whose programs XLA's SPMD partitioner
-// spreads over them (GoMLX's auto-sharding over a one-axis mesh): each device holds its
-// share of every layer's q/k/v and gate/up rows and o/down columns, the rest whole;
-// XLA inserts the all-reduces after o and down. Its sessions ([TensorParallel.NewSession])
-// hold each device's share of the KV cache (its key/value heads) and return the
-// logits one device returns.
+// TensorParallel is a model's weights laid over several devices by a
+// sharding.TensorParallel plan: each device holds its share of every layer's q/k/v and
+// gate/up rows and o/down columns, the rest whole, and XLA's SPMD partitioner (GoMLX's
+// auto-sharding) spreads its programs over them, adding the all-reduces after o and
+// down. Its sessions ([TensorParallel.NewSession]) hold each device's key/value heads of
+// the cache.
 //
-// The fused q/k/v and gate/up weights are laid out device after device (Placement.Order)
-// and the forward pass reads them so ([groupedQKV], [groupedSwiGLU]); the key/value heads
-// of the cache are the plan's CacheKVHeads. It copies the model's weights when made:
-// linear layers replaced afterwards ([Model.Linears]) are not seen. Only dense layers
-// split; a backend that cannot partition programs (the Go backend) is refused.
+// The fused weights lie device after device (Placement.Order), as the forward pass reads
+// them ([groupedQKV], [groupedSwiGLU]). Only dense layers split; a backend that cannot
+// partition programs (the Go backend) is refused.
 type TensorParallel struct {
 	// Plan is how the weights and the cache are split.
 	Plan *sharding.TensorParallel
