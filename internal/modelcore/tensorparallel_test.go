@@ -99,9 +99,10 @@ func argmax(row []float32) int {
 }
 
 // compareTraces checks got against want: every logit within tol of the largest in
-// magnitude (as maxRelDiff), and the same greedy token wherever want's top two are
-// further apart than the differences tol allows (a closer pair may flip within
-// tolerance: logged). It returns the largest relative difference.
+// magnitude (as maxRelDiff), and every row's greedy token (the autoregressive steps'
+// tokens among them) the same wherever want's top two are further apart than the
+// differences tol allows (a closer pair may flip within tolerance: logged). It returns
+// the largest relative difference.
 func compareTraces(t *testing.T, got, want decodeTrace, tol float64) float64 {
 	t.Helper()
 	worst := maxRelDiff(t, got.ar, want.ar)
@@ -137,7 +138,6 @@ func compareTraces(t *testing.T, got, want decodeTrace, tol float64) float64 {
 			t.Logf("row %d: greedy token %d, want %d: a near-tie (top-2 gap %.3g)", i, b, a, gap)
 		}
 	}
-	assert.Equal(t, want.tokens, got.tokens, "greedy tokens of the autoregressive steps")
 	return worst
 }
 
