@@ -4,12 +4,24 @@
 # 1, 2, … GPUs, printed as a table. Build here, run there carrying .gpu (a machine of
 # two GPUs or more: nvidia-h200-x2):
 #
-#   bash bench/multigpu.sh build   here: the train binary and package train's test
-#                                  binary into .gpu/multigpu (build it after the other
-#                                  .gpu builds: they empty .gpu)
+#   bash bench/multigpu.sh build   here: the train and generate binaries, the test binaries
+#                                  of train, internal/modelcore and diffusion, the fixtures
+#                                  into .gpu/multigpu (build it after the other .gpu
+#                                  builds: they empty .gpu)
 #   bash bench/multigpu.sh         there: the check (~1 min), then DEVICES ("1 2") runs
 #                                  of STEPS (300) steps, BATCH_PER_GPU (32) rows of 512
-#                                  each, at the shape of bench/train.sh's ar stage (~4 min)
+#                                  each, at the shape of bench/train.sh's ar stage (~4 min),
+#                                  then the tensor-parallel decoding below
+#   bash bench/multigpu.sh tp [check|bench]
+#                                  there: tensor-parallel decoding alone (one GPU or more):
+#                                  check, its checks against one device (the steps' logits
+#                                  on the fixture models and a 2-layer MiniCPM5-2B shape,
+#                                  the decoder's tokens on the fixtures, on 2 GPUs the demo
+#                                  model's text by examples/generate; ≤ 10 min); bench,
+#                                  the batch-1 AR and denoise steps of the MiniCPM5-2B
+#                                  shape on one device and over 1 (a mesh of one), 2, 4, 8
+#                                  GPUs as the machine has them, TP_STEPS (300) steps each
+#                                  (≤ 9 min); both without an argument
 #
 # One GPU runs on ours (what backend.Select picks) and on go-xla's backend; several run
 # on go-xla's (backend.ForDevices), so the speed-up that counts is against go-xla's one
@@ -22,7 +34,11 @@ if [ "${1:-}" = build ]; then
   export GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd CGO_ENABLED=1
   rm -rf $B && mkdir -p $B/bin
   go build -ldflags="-s -w" -o $B/bin/train ./examples/train
+  go build -ldflags="-s -w" -o $B/bin/generate ./examples/generate
   go test -c -ldflags="-s -w" -o $B/bin/train.test ./train
+  go test -c -ldflags="-s -w" -o $B/bin/modelcore.test ./internal/modelcore
+  go test -c -ldflags="-s -w" -o $B/bin/diffusion.test ./diffusion
+  mkdir -p $B/fixtures && cp -r ../shared/fixtures/models $B/fixtures/
   (cd $B && tar cf - bin) | xz -9 -T2 >$B/bin.txz && rm -rf $B/bin
   du -sh $B
   exit 0
@@ -39,6 +55,54 @@ unset GOMLX_BACKEND
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 gpus=$(nvidia-smi --list-gpus | wc -l)
 echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE, $gpus GPUs" | tee -a "$OUT/env.txt"
+
+# tensor_parallel: internal/modelcore's tensor-parallel decoding on go-xla's backend,
+# its check against one device, then its steps' medians as a table (tp.txt).
+tensor_parallel() {
+  [ "${1:-check}" = check ] || { tensor_parallel_bench; return; }
+  echo; echo "=== tensor-parallel check: logits and greedy tokens against one device ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/modelcore.test \
+    -test.run '^TestTensorParallelMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-check.log" |
+    grep -E '^(---|ok|FAIL|PASS)|^ +--- |devices: max|Error|skip' | head -40
+  echo; echo "=== tensor-parallel check: the decoder's tokens against one device ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/diffusion.test \
+    -test.run '^TestTensorParallelDecoderMatchesOneDevice$' -test.v -test.count=1 2>&1 | tee "$OUT/tp-decoder.log" |
+    grep -E '^(---|ok|FAIL|PASS)|^ +--- [A-Z]+: [^ ]+/[0-9]+ |Error|skip' | head -40
+  if [ "$gpus" -ge 2 ]; then
+    echo; echo "=== the demo model's text, go-xla's backend on one GPU and over 2 (examples/generate -devices; bf16) ($(date +%T))"
+    for n in 1 2; do
+      GOMLX_BACKEND="xla:$plugin" timeout 120 $T/generate -devices $n -max-tokens 96 >"$OUT/tp-generate-$n.txt" 2>"$OUT/tp-generate-$n.log" ||
+        { echo "generate -devices $n failed:"; tail -3 "$OUT/tp-generate-$n.log"; }
+      tail -2 "$OUT/tp-generate-$n.log"
+    done
+    if cmp -s "$OUT/tp-generate-1.txt" "$OUT/tp-generate-2.txt"; then echo "the same text"; else
+      echo "the texts differ:"; diff "$OUT/tp-generate-1.txt" "$OUT/tp-generate-2.txt" | head -8; fi
+  fi
+  [ "${1:-}" = check ] || tensor_parallel_bench
+}
+tensor_parallel_bench() {
+  echo; echo "=== tensor-parallel steps, MiniCPM5-2B shape, bf16, batch 1 ($(date +%T))"
+  BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 540 $T/modelcore.test -test.run '^$' -test.bench '^BenchmarkTensorParallel$' \
+    -test.benchtime "${TP_STEPS:-300}x" -test.count=1 2>&1 | tee "$OUT/tp-bench.log" | grep -E 'Benchmark|FAIL|panic|Error' | head -20
+  python3 - "$OUT/tp-bench.log" <<'PY' | tee "$OUT/tp.txt"
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'BenchmarkTensorParallel/(\w+)/(\S+?)(-\d+)?\s+\d+\s+.*?([\d.]+) median-ms\s+([\d.]+) ms/step', line)
+    if m:
+        rows[(m.group(1), m.group(2))] = (float(m.group(4)), float(m.group(5)))
+print("median-ms: one step with the host's read of its logits; ms/step: the device's work alone")
+print(f"{'step':<8} {'run':<6} {'median-ms':>9} {'vs plain':>8} {'ms/step':>8} {'vs plain':>8}")
+for (kind, run), (ms, dev) in rows.items():
+    base = rows.get((kind, 'plain'), (0, 0))
+    rel = lambda x, b: f"{x / b:.2f}x" if b else "-"
+    print(f"{kind:<8} {run:<6} {ms:>9.3f} {rel(ms, base[0]):>8} {dev:>8.3f} {rel(dev, base[1]):>8}")
+PY
+}
+if [ "${1:-}" = tp ]; then
+  tensor_parallel "${2:-}"
+  exit 0
+fi
 
 echo; echo "=== check: data-parallel steps against one GPU's ($(date +%T))"
 BLOCKDIFF_PJRT_PLUGIN=$plugin timeout 300 $T/train.test -test.run '^TestDataParallelMatchesOneDevice$' -test.v -test.count=1 \
@@ -88,3 +152,5 @@ for label, n, batch, rate, loss in rows:
     rel = lambda b: f"{rate / b:.2f}x" if b else "-"
     print(f"{label:<10} {n:>4} {batch:>5} {rate:>10.0f} {rel(xla1):>11} {rel(ours):>9}  {loss}")
 PY
+
+tensor_parallel

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/blockdiff/blockdiff/internal/sharding"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -101,6 +102,12 @@ type Config struct {
 	Trace bool
 	// Schedule forces how denoise steps reveal, for benchmarks (default Natural).
 	Schedule Schedule
+	// Devices decodes tensor-parallel over the backend's first Devices devices (0 or 1:
+	// on one, the default): each holds its share of every layer's attention heads and
+	// FFN columns and of the KV cache, and XLA's partitioner spreads every program over
+	// them. It needs a backend that addresses them (go-xla's: backend.ForDevices), dense
+	// layers, and head counts and an FFN that divide over them (MiniCPM5-2B: 2, 4 or 8).
+	Devices int
 }
 
 // Schedule says how denoise steps choose the positions they reveal.
@@ -188,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if c.BlocksPerReadback < 1 || c.BlocksPerReadback > MaxBlocksPerReadback {
 		errs = append(errs, fmt.Errorf("blocks per readback must be at least 1 and at most %d, got %d", MaxBlocksPerReadback, c.BlocksPerReadback))
+	}
+	if c.Devices < 0 || c.Devices > sharding.MaxDevices {
+		errs = append(errs, fmt.Errorf("devices must be at least 0 and at most %d, got %d", sharding.MaxDevices, c.Devices))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("diffusion: invalid config: %w", err)

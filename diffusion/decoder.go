@@ -15,6 +15,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/internal/modelcore"
+	"github.com/blockdiff/blockdiff/internal/sharding"
 	"github.com/blockdiff/blockdiff/model"
 )
 
@@ -29,6 +30,9 @@ type Decoder struct {
 	cfg   Config
 	loop  *loop
 	stops []int // EOS and the configured stop tokens
+	// parallel returns the model's weights laid over Config.Devices devices
+	// (modelcore.Model.TensorParallel; tests take its layout on one device).
+	parallel func(devices int) (*modelcore.TensorParallel, error)
 
 	turn chan struct{} // holds a value while a generation runs on the device
 }
@@ -66,7 +70,13 @@ func New(pub *model.Model, cfg Config) (*Decoder, error) {
 	}
 	l := &loop{m: m, mode: cfg.Mode, block: block, window: window, mask: mc.MaskTokenID,
 		sampling: cfg.sampling(), topK: cfg.sampling() && cfg.TopK > 0, topP: cfg.sampling() && cfg.TopP > 0 && cfg.TopP < 1}
-	return &Decoder{m: m, cfg: cfg, loop: l, stops: stops, turn: make(chan struct{}, 1)}, nil
+	d := &Decoder{m: m, cfg: cfg, loop: l, stops: stops, parallel: m.TensorParallel, turn: make(chan struct{}, 1)}
+	if cfg.Devices > 1 {
+		if _, err := d.parallel(cfg.Devices); err != nil {
+			return nil, fmt.Errorf("diffusion: %w", err)
+		}
+	}
+	return d, nil
 }
 
 // acquire waits for the device's turn, or until ctx is done.
@@ -191,11 +201,22 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 		maxIters = readbackBlocks*(B+2) + 1
 	}
 
-	prefill, err := d.prefillProgram(b, capacity, prefillWidth)
+	// tp, when set, runs the programs tensor-parallel: each device d holds states[d]
+	// and reads[d] (its share of the cache, a copy of the rest); the host reads device 0's.
+	var tp *modelcore.TensorParallel
+	devices := 1
+	if cfg.Devices > 1 {
+		var err error
+		if tp, err = d.parallel(cfg.Devices); err != nil {
+			return nil, fmt.Errorf("diffusion: %w", err)
+		}
+		devices = tp.Devices()
+	}
+	prefill, err := d.prefillProgram(tp, b, capacity, prefillWidth)
 	if err != nil {
 		return nil, err
 	}
-	chunk, err := d.chunkProgram(b, capacity, maxIters, inWhile)
+	chunk, err := d.chunkProgram(tp, b, capacity, maxIters, inWhile)
 	if err != nil {
 		return nil, err
 	}
@@ -254,20 +275,27 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 	start := time.Now()
 	prefillOnly := []*tensors.Tensor{tensors.FromFlatDataAndDimensions(seq, b, capacity),
 		tensors.FromFlatDataAndDimensions(prefillTokens, b, prefillWidth)}
-	state, err := prefill.Run(append(common, prefillOnly...)...)
+	states, err := exec(prefill, tp, append(common, prefillOnly...), nil)
 	freeAll(prefillOnly)
 	if err != nil {
 		return nil, err
 	}
 	// The first chunk's read-back inputs: their values are unused.
-	var read []*tensors.Tensor
-	for _, s := range chunkReadShapes(b, B, capacity, maxIters) {
-		read = append(read, tensors.FromShape(s))
+	reads := make([][]*tensors.Tensor, devices)
+	for i := range reads {
+		for _, s := range chunkReadShapes(b, B, capacity, maxIters) {
+			reads[i] = append(reads[i], tensors.FromShape(s))
+		}
 	}
-	defer func() { freeAll(state); freeAll(read) }()
+	defer func() {
+		for i := range states {
+			freeAll(states[i])
+			freeAll(reads[i])
+		}
+	}()
 	stats.Execs++
 	// Wait for the prefill so its time is measured apart from decoding.
-	if _, err := state[numStateNodes-1].ValueSafe(); err != nil { // failed: a small tensor
+	if _, err := states[0][numStateNodes-1].ValueSafe(); err != nil { // failed: a small tensor
 		return nil, fmt.Errorf("diffusion: prefill: %w", err)
 	}
 	stats.Readbacks++
@@ -293,15 +321,21 @@ func (d *Decoder) run(ctx context.Context, prompts [][]int, emit func(row int, t
 			freeAll(common[numParams-1:])
 			common[numParams-1] = tensors.FromScalar(int32(chunkBlocks))
 		}
-		// The chunk consumes state and read (see chunkProgram).
-		out, err := chunk.Run(slices.Concat(common, state, read)...)
+		// The chunk consumes states and reads (see chunkProgram).
+		own := make([][]*tensors.Tensor, len(states))
+		for i := range own {
+			own[i] = slices.Concat(states[i], reads[i])
+		}
+		outs, err := exec(chunk, tp, common, own)
 		if err != nil {
 			return nil, err
 		}
 		stats.Execs++
-		n := len(state)
-		state, read = out[:n], out[n:]
-		sum, revealed, starts, iters := read[0], read[1], read[2], read[3]
+		for i, out := range outs {
+			n := len(states[i])
+			states[i], reads[i] = out[:n], out[n:]
+		}
+		sum, revealed, starts, iters := reads[0][0], reads[0][1], reads[0][2], reads[0][3]
 		rows, err := tensors.CopyFlatData[int32](sum)
 		stats.Readbacks++
 		if err != nil {
@@ -455,10 +489,13 @@ func (d *Decoder) collectTrace(results []*Result, revealedT, startsT, itersT *te
 }
 
 // prefillProgram compiles (once) the prefill of b prompts into a cache of capacity
-// positions, the prompts' full blocks padded to width.
-func (d *Decoder) prefillProgram(b, capacity, width int) (*modelcore.Program, error) {
-	return d.program(fmt.Sprintf("prefill/%d/%d/%d", b, capacity, width),
+// positions, the prompts' full blocks padded to width; tensor-parallel over tp's
+// devices when tp is set.
+func (d *Decoder) prefillProgram(tp *modelcore.TensorParallel, b, capacity, width int) (*modelcore.Program, error) {
+	layers := 2 * d.m.Config.NumLayers
+	return d.program(tp, fmt.Sprintf("prefill/%d/%d/%d", b, capacity, width),
 		[]shapes.Shape{shapes.Make(dtypes.Int32, b, capacity), shapes.Make(dtypes.Int32, b, width)},
+		cacheAt{input: -1, output: numStateNodes, outputs: numStateNodes + layers},
 		func(w *modelcore.Weights, p params, in []*Node) []*Node {
 			return d.loop.prefill(w, p, in[0], in[1]).nodes()
 		})
@@ -468,16 +505,23 @@ func (d *Decoder) prefillProgram(b, capacity, width int) (*modelcore.Program, er
 // when inWhile. Its inputs are the state and the previous chunk's read-back outputs
 // (see chunkReadShapes), its outputs the same, each written in place of its input:
 // chunk after chunk, every buffer keeps its address, and XLA need not update the loop's
-// CUDA graphs for new ones. The read-back inputs' values are unused.
-func (d *Decoder) chunkProgram(b, capacity, maxIters int, inWhile bool) (*modelcore.Program, error) {
+// CUDA graphs for new ones. The read-back inputs' values are unused. Tensor-parallel
+// over tp's devices when tp is set.
+func (d *Decoder) chunkProgram(tp *modelcore.TensorParallel, b, capacity, maxIters int, inWhile bool) (*modelcore.Program, error) {
 	key := fmt.Sprintf("chunk/%d/%d/%d/%d/%t", b, capacity, d.cfg.BlocksPerReadback, maxIters, inWhile)
-	state := stateShapes(d.m, b, d.loop.block, capacity)
-	inputs := slices.Concat(state, chunkReadShapes(b, d.loop.block, capacity, maxIters))
+	cache := d.m.CacheShape(b, capacity)
+	if tp != nil {
+		cache = tp.CacheShape(b, capacity)
+	}
+	state := stateShapes(d.m, b, d.loop.block, capacity, cache)
+	read := chunkReadShapes(b, d.loop.block, capacity, maxIters)
+	inputs := slices.Concat(state, read)
 	opts := make([]modelcore.ProgramOption, len(inputs))
 	for i := range inputs {
 		opts[i] = modelcore.InPlace(numParams+i, i)
 	}
-	return d.program(key, inputs, func(w *modelcore.Weights, p params, in []*Node) []*Node {
+	at := cacheAt{input: numStateNodes, output: numStateNodes, outputs: len(inputs)}
+	return d.program(tp, key, inputs, at, func(w *modelcore.Weights, p params, in []*Node) []*Node {
 		s, revealed, starts, iters := d.loop.chunk(w, p, fromNodes(in[:len(state)]), maxIters, inWhile)
 		return append(s.nodes(), summary(s), revealed, starts, iters)
 	}, opts...)
@@ -494,9 +538,29 @@ func chunkReadShapes(b, block, capacity, maxIters int) []shapes.Shape {
 // its own inputs.
 type programBuild func(w *modelcore.Weights, p params, in []*Node) []*Node
 
+// cacheAt says where a program's cache lies, its 2·layers tensors in a row: from input
+// (among the program's own inputs; -1: none) and from output, of outputs in all. A
+// tensor-parallel program splits them along their heads and gives everything else whole
+// to every device.
+type cacheAt struct{ input, output, outputs int }
+
+// axes returns the split axis of each of n values whose cache starts at from (-1: none).
+func (c cacheAt) axes(n, from, layers int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = sharding.Replicated
+		if from >= 0 && i >= from && i < from+layers {
+			out[i] = 1
+		}
+	}
+	return out
+}
+
 // program returns a compiled program, compiling it on first use. Its inputs are the
-// parameters (see [params]) followed by inputs; opts count inputs so too.
-func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild, opts ...modelcore.ProgramOption) (*modelcore.Program, error) {
+// parameters (see [params]) followed by inputs; opts count inputs so too. With tp set it
+// is tensor-parallel over tp's devices, the cache split as at says.
+func (d *Decoder) program(tp *modelcore.TensorParallel, key string, inputs []shapes.Shape, at cacheAt, build programBuild,
+	opts ...modelcore.ProgramOption) (*modelcore.Program, error) {
 	l := d.loop
 	b := inputs[0].Dimensions[0]
 	scalar := func(dt dtypes.DType) shapes.Shape { return shapes.Make(dt) }
@@ -506,9 +570,52 @@ func (d *Decoder) program(key string, inputs []shapes.Shape, build programBuild,
 		scalar(dtypes.Float32), scalar(dtypes.Int32), scalar(dtypes.Float32), scalar(dtypes.Int32),
 	}, inputs...)
 	key = fmt.Sprintf("diffusion/%s/%d/%d/%t/%t/%t/%s", l.mode, l.block, l.window, l.sampling, l.topK, l.topP, key)
-	return d.m.CachedProgram(key, all, func(w *modelcore.Weights, in []*Node) []*Node {
+	whole := func(w *modelcore.Weights, in []*Node) []*Node {
 		return build(w, paramsFrom(in[:numParams]), in[numParams:])
-	}, opts...)
+	}
+	if tp == nil {
+		return d.m.CachedProgram(key, all, whole, opts...)
+	}
+	layers, from := 2*d.m.Config.NumLayers, -1
+	if at.input >= 0 {
+		from = numParams + at.input
+	}
+	return tp.CachedProgram(key, all, at.axes(len(all), from, layers), at.axes(at.outputs, at.output, layers), whole, opts...)
+}
+
+// exec runs p with shared then own[d] as its inputs: on one device when tp is nil
+// (own has one list, or is nil); else tensor-parallel, each of tp's devices on its own
+// copy of shared's values. It returns each device's outputs.
+func exec(p *modelcore.Program, tp *modelcore.TensorParallel, shared []*tensors.Tensor, own [][]*tensors.Tensor) ([][]*tensors.Tensor, error) {
+	mine := func(d int) []*tensors.Tensor {
+		if own == nil {
+			return nil
+		}
+		return own[d]
+	}
+	if tp == nil {
+		out, err := p.Run(slices.Concat(shared, mine(0))...)
+		return [][]*tensors.Tensor{out}, err
+	}
+	inputs := make([][]*tensors.Tensor, tp.Devices())
+	var copies []*tensors.Tensor
+	defer func() { freeAll(copies) }()
+	for d := range inputs {
+		list := shared
+		if d > 0 {
+			list = make([]*tensors.Tensor, len(shared))
+			for i, t := range shared {
+				c, err := t.LocalClone()
+				if err != nil {
+					return nil, fmt.Errorf("diffusion: copying an input for device %d: %w", d, err)
+				}
+				list[i] = c
+			}
+			copies = append(copies, list...)
+		}
+		inputs[d] = slices.Concat(list, mine(d))
+	}
+	return p.RunDevices(inputs)
 }
 
 func freeAll(ts []*tensors.Tensor) {

@@ -13,4 +13,6 @@
 // twice as many blocks each time up to that). [Decoder.Generate] returns a whole
 // generation, [Decoder.Stream] yields tokens as blocks finish, and [Decoder.GenerateBatch] decodes
 // prompts of different lengths together with the same outputs as one by one.
+// [Config.Devices] spreads decoding over several GPUs of one host (tensor parallelism,
+// partitioned by XLA).
 package diffusion

@@ -26,10 +26,10 @@ func TestProgramsBuildOnHLO(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d, err := New(m, cfg)
 			require.NoError(t, err)
-			prefill, err := d.prefillProgram(2, 128, 2*d.loop.block)
+			prefill, err := d.prefillProgram(nil, 2, 128, 2*d.loop.block)
 			require.NoError(t, err)
 			requireStableHLO(t, prefill, false)
-			chunk, err := d.chunkProgram(2, 128, 7, true)
+			chunk, err := d.chunkProgram(nil, 2, 128, 7, true)
 			require.NoError(t, err)
 			requireStableHLO(t, chunk, true)
 			// Every output of a chunk is written in place of an input (chunkProgram).

@@ -32,7 +32,7 @@ func TestLoopGraphIsSelfContained(t *testing.T) {
 	for name, cfg := range loopConfigs() {
 		d, err := New(m, cfg)
 		require.NoError(t, err)
-		p, err := d.chunkProgram(2, 256, 7, true)
+		p, err := d.chunkProgram(nil, 2, 256, 7, true)
 		require.NoError(t, err, name)
 		testutil.RequireLoopGraph(t, p.Graph())
 	}

@@ -21,8 +21,8 @@ func (l *loop) prefill(w *modelcore.Weights, p params, seq, tokens *Node) *state
 	full := MulScalar(DivScalar(p.promptLen, B), B) // C: the prompt's full blocks
 	cache := &modelcore.CacheNodes{}
 	for range l.m.Config.NumLayers {
-		cache.K = append(cache.K, Zeros(g, l.m.CacheShape(b, capacity)))
-		cache.V = append(cache.V, Zeros(g, l.m.CacheShape(b, capacity)))
+		cache.K = append(cache.K, Zeros(g, w.CacheShape(b, capacity)))
+		cache.V = append(cache.V, Zeros(g, w.CacheShape(b, capacity)))
 	}
 	zeros := ZerosLike(p.promptLen)
 	last := InsertAxes(MaxScalar(SubScalar(full, 1), 0), -1)

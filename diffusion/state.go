@@ -31,8 +31,9 @@ type state struct {
 	cache  *modelcore.CacheNodes
 }
 
-// stateShapes lists the shapes of a state's nodes in the order of state.nodes.
-func stateShapes(m *modelcore.Model, batch, block, capacity int) []shapes.Shape {
+// stateShapes lists the shapes of a state's nodes in the order of state.nodes, its
+// cache's layers shaped cache.
+func stateShapes(m *modelcore.Model, batch, block, capacity int, cache shapes.Shape) []shapes.Shape {
 	rowInt := shapes.Make(dtypes.Int32, batch)
 	rowBool := shapes.Make(dtypes.Bool, batch)
 	list := []shapes.Shape{
@@ -40,7 +41,7 @@ func stateShapes(m *modelcore.Model, batch, block, capacity int) []shapes.Shape 
 		rowBool, rowBool, rowBool, rowInt, rowInt, rowInt, rowInt, rowBool,
 	}
 	for range 2 * m.Config.NumLayers {
-		list = append(list, m.CacheShape(batch, capacity))
+		list = append(list, cache)
 	}
 	return list
 }

@@ -60,6 +60,7 @@ var (
 	stop        = flag.String("stop", "", `comma-separated tokens, as the vocabulary spells them (e.g. "<|im_end|>"), that end generation besides the checkpoint's EOS tokens`)
 	fp8         = flag.Bool("fp8", false, "store linear weights in FP8 (E4M3): quantized at load time, or as an FP8 checkpoint stores them")
 	calibration = flag.String("calibration", "", "calibration.json from examples/calibrate: FP8 activations with static scales (implies -fp8)")
+	devices     = flag.Int("devices", 1, "GPUs the decoding spreads over, tensor-parallel (head counts and the FFN must divide over them); over several, our backend's plugin runs on go-xla's backend")
 )
 
 func main() {
@@ -73,9 +74,10 @@ func main() {
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	b, choice, err := backend.New()
+	choice := backend.ForDevices(backend.Select(), *devices)
+	b, err := backend.NewWithConfig(choice.Config)
 	if err != nil {
-		return err
+		return fmt.Errorf("backend: creating %s: %w", choice, err)
 	}
 	log.Printf("backend: %s", choice)
 
@@ -95,6 +97,7 @@ func run() error {
 	if cfg.StopTokens, err = stopTokens(tok); err != nil {
 		return err
 	}
+	cfg.Devices = *devices
 	dec, err := diffusion.New(m, cfg)
 	if err != nil {
 		return err

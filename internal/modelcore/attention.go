@@ -10,6 +10,7 @@ import (
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/sharding"
 )
 
 // prefillAttention selects how a window that reads no cache (a prefill into an empty
@@ -80,6 +81,14 @@ type paths struct {
 	// (byPartsMinWindow) run by parts ([mergeLaterKeys]).
 	logSumExp bool
 	partsFrom int
+}
+
+// tensorParallel returns the paths of a tensor-parallel program: the plain attention
+// everywhere, since XLA's partitioner sees through plain operations only, and go-xla's
+// backend, the one that partitions, runs none of our kernels.
+func (p paths) tensorParallel() paths {
+	p.placesWindows, p.fusedOverCache, p.prefill = false, false, prefillPlain
+	return p
 }
 
 // pathsOf is the paths of a model on b.
@@ -261,21 +270,33 @@ type layerKV struct{ k, v *Node }
 
 // attention runs grouped-query attention for the fused q/k/v projection qkv [b, w, ·]
 // and returns its output [b, w, heads·d] and the layer's updated cache.
-func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache *layerKV) (*Node, *layerKV) {
+//
+// tp, when set, is the plan of a tensor-parallel program: qkv's rows then lie device
+// after device ([groupedQKV]) and the key/value heads are the cache's
+// (sharding.TensorParallel.CacheKVHeads).
+func (m *Model) attention(qkv *Node, tp *sharding.TensorParallel, rope rotary, mask masks, win Window, cache *layerKV) (*Node, *layerKV) {
 	cfg := m.Config
 	b, w := qkv.Shape().Dimensions[0], qkv.Shape().Dimensions[1]
 	heads, kvHeads, d := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	group := heads / kvHeads
-	// One rotation for the query and key heads together.
-	qk := rope.apply(Reshape(SliceAxis(qkv, -1, AxisRange(0, (heads+kvHeads)*d)), b, w, heads+kvHeads, d))
-	v := Reshape(SliceAxis(qkv, -1, AxisRange((heads+kvHeads)*d, (heads+2*kvHeads)*d)), b, w, kvHeads, d)
-	// Query head h uses key/value head h/group, as transformers' repeat_kv: the query
-	// heads grouped under their key/value head, [b, w, kvHeads, group, d]. Window
-	// keys and values stay [b, w, kvHeads, d]: the dots take their batch axes in place
-	// rather than after a transpose.
-	qHeads := SliceAxis(qk, 2, AxisRange(0, heads)) // [b, w, heads, d]
-	q := Reshape(qHeads, b, w, kvHeads, group, d)
-	k := SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
+	var q, qHeads, k, v *Node
+	if tp == nil {
+		// One rotation for the query and key heads together.
+		qk := rope.apply(Reshape(SliceAxis(qkv, -1, AxisRange(0, (heads+kvHeads)*d)), b, w, heads+kvHeads, d))
+		v = Reshape(SliceAxis(qkv, -1, AxisRange((heads+kvHeads)*d, (heads+2*kvHeads)*d)), b, w, kvHeads, d)
+		// Query head h uses key/value head h/group, as transformers' repeat_kv: the query
+		// heads grouped under their key/value head, [b, w, kvHeads, group, d]. Window
+		// keys and values stay [b, w, kvHeads, d]: the dots take their batch axes in place
+		// rather than after a transpose.
+		qHeads = SliceAxis(qk, 2, AxisRange(0, heads)) // [b, w, heads, d]
+		q = Reshape(qHeads, b, w, kvHeads, group, d)
+		k = SliceAxis(qk, 2, AxisRange(heads, heads+kvHeads))
+	} else {
+		qHeads, k, v = groupedQKV(qkv, tp, rope)
+		kvHeads = tp.CacheKVHeads()
+		group = heads / kvHeads
+		q = Reshape(qHeads, b, w, kvHeads, group, d)
+	}
 
 	// keys and values, when set, are the cache holding the window's in their slots,
 	// attended under visible instead of cache and window apart.
@@ -384,6 +405,22 @@ func (m *Model) attention(qkv *Node, rope rotary, mask masks, win Window, cache 
 	}
 	// [b, kvHeads, w, group, d] → [b, w, heads·d]
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3, 4), b, w, heads*d), newCache
+}
+
+// groupedQKV splits the fused projection qkv [b, w, ·] of a tensor-parallel program,
+// whose rows lie device after device, each device's query heads, then its key and its
+// value heads (sharding.TensorParallel.QKV), into the rotated query heads [b, w, heads,
+// d] in their own order, and the rotated keys and the values [b, w, CacheKVHeads, d],
+// device after device. Each device's query heads then read its key/value heads as
+// repeat_kv does (query head h uses head h/(heads/CacheKVHeads)).
+func groupedQKV(qkv *Node, tp *sharding.TensorParallel, rope rotary) (q, k, v *Node) {
+	b, w := qkv.Shape().Dimensions[0], qkv.Shape().Dimensions[1]
+	n, lh, lkv, d := tp.Devices, tp.LocalHeads, tp.LocalKVHeads, tp.HeadDim
+	x := Reshape(qkv, b, w, n, lh+2*lkv, d)
+	part := func(from, count int) *Node {
+		return Reshape(SliceAxis(x, 3, AxisRange(from, from+count)), b, w, n*count, d)
+	}
+	return rope.apply(part(0, lh)), rope.apply(part(lh, lkv)), part(lh+lkv, lkv)
 }
 
 // orders reports whether g's backend has optimization barriers, which order the

@@ -43,16 +43,8 @@ func (m *Model) NewCache(batch, capacity int) (*Cache, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	if batch <= 0 || capacity <= 0 {
-		return nil, fmt.Errorf("model: cache needs a positive batch and capacity, got %d and %d", batch, capacity)
-	}
-	if capacity > m.Config.MaxPositionEmbeddings {
-		return nil, fmt.Errorf("model: cache capacity %d exceeds max_position_embeddings %d",
-			capacity, m.Config.MaxPositionEmbeddings)
-	}
-	c := m.Config
-	if _, err := mulInts(2, c.NumLayers, batch, c.NumKVHeads, capacity, c.HeadDim, m.DType.Size()); err != nil {
-		return nil, fmt.Errorf("model: the size of a cache of %d rows of %d positions: %w", batch, capacity, err)
+	if err := m.checkCache(batch, capacity, m.Config.NumKVHeads); err != nil {
+		return nil, err
 	}
 	shape := m.CacheShape(batch, capacity)
 	// Zeros are made on the device: a host-side zero tensor would be copied over.
@@ -67,6 +59,22 @@ func (m *Model) NewCache(batch, capacity int) (*Cache, error) {
 		return nil, fmt.Errorf("model: allocating a %s cache (%d bytes): %w", shape, m.CacheBytes(batch, capacity), err)
 	}
 	return CacheFromTensors(ts), nil
+}
+
+// checkCache checks the batch and capacity of a cache of kvHeads key/value heads.
+func (m *Model) checkCache(batch, capacity, kvHeads int) error {
+	if batch <= 0 || capacity <= 0 {
+		return fmt.Errorf("model: cache needs a positive batch and capacity, got %d and %d", batch, capacity)
+	}
+	if capacity > m.Config.MaxPositionEmbeddings {
+		return fmt.Errorf("model: cache capacity %d exceeds max_position_embeddings %d",
+			capacity, m.Config.MaxPositionEmbeddings)
+	}
+	c := m.Config
+	if _, err := mulInts(2, c.NumLayers, batch, kvHeads, capacity, c.HeadDim, m.DType.Size()); err != nil {
+		return fmt.Errorf("model: the size of a cache of %d rows of %d positions: %w", batch, capacity, err)
+	}
+	return nil
 }
 
 // Tensors lists the cache tensors: all keys, then all values.

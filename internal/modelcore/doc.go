@@ -34,6 +34,18 @@
 // [CausalVisibility]); [WriteCheckpoint] writes checkpoints ([SaveOptions]) that
 // [Load] opens.
 //
+// # Tensor parallelism
+//
+// For decoding over several devices of one host: [Model.TensorParallel] lays the
+// weights out by a sharding.TensorParallel plan (each device holds its share of every
+// layer's attention heads and FFN columns; embeddings, head and norms whole) on a
+// backend that partitions programs (go-xla's, see backend.ForDevices), and its
+// sessions ([TensorParallel.NewSession]) run the passes of a [Session] as programs that
+// XLA's SPMD partitioner spreads over the devices, inserting the all-reduces after the
+// o and down projections; each device holds its key/value heads of the cache.
+// [TensorParallel.CachedProgram] compiles other such programs, run with
+// [Program.RunDevices]. A model's own programs and sessions are unchanged by it.
+//
 // Errors start with "model:", the package users call. Shapes in doc comments use: b
 // batch, w window length, s cache capacity, h hidden size, v vocabulary, l layers.
 package modelcore

@@ -58,12 +58,16 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 	x = ConvertDType(x, dtypes.Float32)
 	pos := positions(win.Start, win.Tokens.Shape().Dimensions[1])
 	rope := newRotary(w.RopeInvFreq, pos, cfg.RopeAttentionFactor)
-	mask := attentionMask(win, pos, cache, m.paths.fuses, m.paths.placesWindows)
-	if mask.cache == nil && m.paths.prefill.useFused(compute, m.backend) {
-		byParts := win.Tokens.Shape().Dimensions[1] >= m.paths.partsFrom && m.paths.logSumExp
+	paths := m.paths
+	if w.tp != nil {
+		paths = paths.tensorParallel()
+	}
+	mask := attentionMask(win, pos, cache, paths.fuses, paths.placesWindows)
+	if mask.cache == nil && paths.prefill.useFused(compute, m.backend) {
+		byParts := win.Tokens.Shape().Dimensions[1] >= paths.partsFrom && paths.logSumExp
 		mask.fused = newFusedMasks(mask.window, win.BlockSize == 1, byParts, pos, win.BlockSize)
 	}
-	if m.paths.fusedOverCache {
+	if paths.fusedOverCache {
 		mask.overCache = overCacheMasks(mask)
 	}
 	paramsOf := func(name string, lin Linear, x *Node) []*Node {
@@ -107,14 +111,20 @@ func (m *Model) Forward(w *Weights, win Window, cache *CacheNodes, observe Obser
 		if cache != nil {
 			layerCache = &layerKV{k: cache.K[i], v: cache.V[i]}
 		}
-		attn, kv := m.attention(qkv, rope, mask, win, layerCache)
+		attn, kv := m.attention(qkv, w.tp, rope, mask, win, layerCache)
 		if cache != nil {
 			newCache.K[i], newCache.V[i] = kv.k, kv.v
 		}
 		x = residualAdd(x, apply(linearName(i, "self_attn.o_proj"), layer.O, attn), residualScale)
 
 		gateUp := normed(linearName(i, "mlp.gate_up_proj"), layer.GateUp, x, w.Node(layer.MLPNorm), 1)
-		x = residualAdd(x, apply(linearName(i, "mlp.down_proj"), layer.Down, swiGLUInput(gateUp, compute)), residualScale)
+		var act *Node
+		if w.tp != nil {
+			act = ConvertDType(groupedSwiGLU(gateUp, w.tp.Devices), compute)
+		} else {
+			act = swiGLUInput(gateUp, compute)
+		}
+		x = residualAdd(x, apply(linearName(i, "mlp.down_proj"), layer.Down, act), residualScale)
 	}
 
 	if win.LogitIndices != nil {
@@ -167,6 +177,21 @@ func normWeighted(x, weight *Node) *Node {
 	}
 	dims[len(dims)-1] = weight.Shape().Dimensions[0]
 	return Mul(x, Reshape(ConvertDType(weight, x.DType()), dims...))
+}
+
+// groupedSwiGLU computes silu(gate)·up from the fused projection of a tensor-parallel
+// program, [..., groups·2·f/groups]: each group (a device's share) holds its gate
+// columns, then its up columns (sharding.TensorParallel.GateUp). The result is in the
+// FFN's column order, [..., f].
+func groupedSwiGLU(gateUp *Node, groups int) *Node {
+	dims := gateUp.Shape().Dimensions
+	lead, local := dims[:len(dims)-1], dims[len(dims)-1]/(2*groups)
+	x := Reshape(gateUp, append(append([]int{}, lead...), groups, 2, local)...)
+	half := func(i int) *Node {
+		return Reshape(SliceAxis(x, -2, AxisRange(i, i+1)), append(append([]int{}, lead...), groups*local)...)
+	}
+	gate, up := half(0), half(1)
+	return Mul(Mul(gate, Sigmoid(gate)), up)
 }
 
 // swiGLU computes silu(gate)·up from the fused [..., 2·f] projection.

@@ -5,12 +5,14 @@ import (
 	"sync"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/distributed"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/exceptions"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/blockdiff/blockdiff/backend"
+	"github.com/blockdiff/blockdiff/internal/sharding"
 )
 
 // Weights are the model's parameters as nodes of one graph under construction, in the
@@ -21,11 +23,15 @@ type Weights struct {
 	nodes       map[*tensors.Tensor]*Node
 	Embed       *Node
 	RopeInvFreq *Node
+	// tp, when set, is the plan of a tensor-parallel program: the fused projections'
+	// rows are laid out device after device ([TensorParallel]), and the forward pass
+	// splits them accordingly.
+	tp *sharding.TensorParallel
 }
 
 // bind returns the weights with nodes (one per parameter, in order) in place of w's.
 func (w *Weights) bind(nodes []*Node) *Weights {
-	b := &Weights{Model: w.Model, order: w.order, nodes: make(map[*tensors.Tensor]*Node, len(nodes))}
+	b := &Weights{Model: w.Model, order: w.order, nodes: make(map[*tensors.Tensor]*Node, len(nodes)), tp: w.tp}
 	for i, t := range w.order {
 		b.nodes[t] = nodes[i]
 	}
@@ -93,6 +99,11 @@ type Program struct {
 	inputs  []shapes.Shape
 	weights []*tensors.Tensor
 	inPlace map[int]int // input -> the output written into its buffer (see InPlace)
+	// tp, when set, is the tensor-parallel model whose weight shards the program reads
+	// (run with [Program.RunDevices]); specs are its inputs' sharding specs, nil when
+	// the program is not partitioned.
+	tp    *TensorParallel
+	specs []*distributed.ShardingSpec
 }
 
 // BuildFunc builds a graph's outputs from the model's weights and its inputs.
@@ -116,10 +127,25 @@ func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc, opt
 	if err := m.usable(); err != nil {
 		return nil, fmt.Errorf("%w (compiling %s)", err, name)
 	}
+	return m.compile(name, inputs, build, nil, opts)
+}
+
+// compile builds and compiles a program: over the model's weights when tp is nil; else
+// over tp's weights, partitioned by tp's mesh where it has one (see [TensorParallel]).
+func (m *Model) compile(name string, inputs []shapes.Shape, build BuildFunc, tp *tpProgram, opts []ProgramOption) (*Program, error) {
 	g := NewGraph(m.backend, name)
 	p := &Program{model: m, g: g, inputs: inputs, weights: m.params(), inPlace: map[int]int{}}
 	for _, o := range opts {
 		o(p)
+	}
+	var outSpecs func(outputs []*Node) ([]*distributed.ShardingSpec, error)
+	if tp != nil {
+		p.tp, p.weights = tp.tp, tp.tp.order
+		var err error
+		if p.specs, outSpecs, err = tp.setUp(g, inputs); err != nil {
+			g.Finalize()
+			return nil, fmt.Errorf("model: compiling %s over %d devices: %w", name, tp.tp.Plan.Devices, err)
+		}
 	}
 	err := exceptions.TryCatch[error](func() {
 		inputNodes := make([]*Node, len(inputs))
@@ -128,18 +154,39 @@ func (m *Model) Compile(name string, inputs []shapes.Shape, build BuildFunc, opt
 			if out, ok := p.inPlace[i]; ok {
 				param += fmt.Sprintf("%s%d", backend.InPlaceMarker, out)
 			}
-			inputNodes[i] = Parameter(g, param, s)
+			if p.specs != nil {
+				inputNodes[i] = ShardedParameter(g, param, s, p.specs[i])
+			} else {
+				inputNodes[i] = Parameter(g, param, s)
+			}
 		}
 		w := &Weights{Model: m, order: p.weights, nodes: make(map[*tensors.Tensor]*Node, len(p.weights))}
 		for i, t := range p.weights {
+			if p.tp != nil {
+				w.nodes[t] = p.tp.parameter(g, fmt.Sprintf("weight_%d", i), i)
+				continue
+			}
 			w.nodes[t] = Parameter(g, fmt.Sprintf("weight_%d", i), t.Shape())
 		}
 		w.Embed, w.RopeInvFreq = w.nodes[m.Embed], w.nodes[m.ropeInvFreq]
+		if p.tp != nil {
+			w.tp = p.tp.Plan
+		}
 		outputs := build(w, inputNodes)
 		if err := p.checkInPlace(outputs); err != nil {
 			panic(err)
 		}
-		if err := g.Compile(outputs...); err != nil {
+		if outSpecs == nil {
+			if err := g.Compile(outputs...); err != nil {
+				panic(err)
+			}
+			return
+		}
+		specs, err := outSpecs(outputs)
+		if err == nil {
+			err = g.CompileWithSharding(outputs, specs)
+		}
+		if err != nil {
 			panic(err)
 		}
 	})
@@ -184,6 +231,9 @@ func (m *Model) CachedProgram(key string, inputs []shapes.Shape, build BuildFunc
 func (p *Program) Run(inputs ...*tensors.Tensor) (outputs []*tensors.Tensor, err error) {
 	if err := p.model.usable(); err != nil {
 		return nil, fmt.Errorf("%w (running %s)", err, p.g.Name())
+	}
+	if p.tp != nil {
+		return nil, fmt.Errorf("model: program %s is tensor-parallel: run it with RunDevices", p.g.Name())
 	}
 	if len(inputs) != len(p.inputs) {
 		return nil, fmt.Errorf("model: program %s takes %d inputs, got %d", p.g.Name(), len(p.inputs), len(inputs))

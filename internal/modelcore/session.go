@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/blockdiff/blockdiff/internal/sharding"
 )
 
 // Logits runs one forward pass over tokens with block-causal attention of the given
@@ -52,6 +55,13 @@ type Session struct {
 	capacity  int
 	blockSize int
 	length    int // positions in the cache
+	// tp, when set, runs the session's passes tensor-parallel: caches holds each
+	// device's share of the cache, and cache is nil.
+	tp     *TensorParallel
+	caches []*Cache
+	// unread has passes free their logits unread and return none: benchmarks that time
+	// the device's work without the host's read.
+	unread bool
 }
 
 // NewSession allocates a cache of capacity positions for block-causal attention with
@@ -70,11 +80,57 @@ func (m *Model) NewSession(capacity, blockSize int) (*Session, error) {
 	return &Session{m: m, cache: cache, capacity: capacity, blockSize: blockSize}, nil
 }
 
+// NewSession is [Model.NewSession] over the devices: each holds its share of the
+// cache, and every pass runs partitioned over them.
+func (tp *TensorParallel) NewSession(capacity, blockSize int) (*Session, error) {
+	if err := tp.usable(); err != nil {
+		return nil, err
+	}
+	if blockSize < 1 {
+		return nil, fmt.Errorf("model: block size must be at least 1, got %d", blockSize)
+	}
+	m := tp.m
+	if err := m.checkCache(1, capacity, tp.Plan.CacheKVHeads()); err != nil {
+		return nil, err
+	}
+	shape := tp.CacheShape(1, capacity)
+	if tp.mesh != nil {
+		spec, err := sharding.Spec(tp.mesh, shape.Rank(), 1)
+		if err != nil {
+			return nil, fmt.Errorf("model: the cache's spec: %w", err)
+		}
+		shape = spec.ShardShape(shape)
+	}
+	s := &Session{m: m, capacity: capacity, blockSize: blockSize, tp: tp}
+	zeros := make([]byte, shape.ByteSize())
+	for d := range tp.Devices() {
+		list := make([]*tensors.Tensor, 2*m.Config.NumLayers)
+		for i := range list {
+			t, err := tensors.FromRaw(m.backend, compute.DeviceNum(d), shape, zeros)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("model: allocating a %s cache on device %d: %w", shape, d, err)
+			}
+			list[i] = t
+		}
+		s.caches = append(s.caches, CacheFromTensors(list))
+	}
+	return s, nil
+}
+
 // Len is the number of positions in the cache.
 func (s *Session) Len() int { return s.length }
 
 // Close frees the session's cache.
-func (s *Session) Close() { s.cache.Free() }
+func (s *Session) Close() {
+	if s.cache != nil {
+		s.cache.Free()
+	}
+	for _, c := range s.caches {
+		c.Free()
+	}
+	s.caches = nil
+}
 
 // Prefill writes whole blocks of prompt tokens into the cache and returns the logits of
 // the last one.
@@ -115,6 +171,9 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 	w := len(tokens)
 	key := fmt.Sprintf("session/%s/%d/%d/%d", kind, w, s.capacity, s.blockSize)
 	cacheShape := m.CacheShape(1, s.capacity)
+	if s.tp != nil {
+		cacheShape = s.tp.CacheShape(1, s.capacity)
+	}
 	vec := shapes.Make(dtypes.Int32, 1)
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, 1, w), vec}
 	var inPlace []ProgramOption
@@ -125,7 +184,7 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 			inPlace = append(inPlace, InPlace(2+i, 1+i))
 		}
 	}
-	p, err := m.CachedProgram(key, inputs, func(wt *Weights, in []*Node) []*Node {
+	build := func(wt *Weights, in []*Node) []*Node {
 		win := Window{Tokens: in[0], Start: in[1], CacheLen: in[1], BlockSize: s.blockSize}
 		if write {
 			win.WriteLen = Const(in[0].Graph(), []int32{int32(w)})
@@ -138,7 +197,11 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 			return []*Node{logits} // An unchanged cache would be copied out.
 		}
 		return append([]*Node{logits}, cache.Nodes()...)
-	}, inPlace...)
+	}
+	if s.tp != nil {
+		return s.runDevices(key, inputs, build, inPlace, tokens, write)
+	}
+	p, err := m.CachedProgram(key, inputs, build, inPlace...)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +216,58 @@ func (s *Session) run(kind string, tokens []int, write, lastOnly bool) ([][]floa
 		old.Free()
 		s.length += w
 	}
-	return logitRows(out[0])
+	return s.logits(out[0])
+}
+
+// runDevices runs a pass of [Session.run] tensor-parallel: tokens and start whole on
+// every device, the cache split along its heads; the logits come back whole.
+func (s *Session) runDevices(key string, inputs []shapes.Shape, build BuildFunc, inPlace []ProgramOption,
+	tokens []int, write bool) ([][]float32, error) {
+	inAxes := make([]int, len(inputs))
+	outAxes := []int{sharding.Replicated}
+	for i := range inAxes {
+		inAxes[i] = sharding.Replicated
+		if i >= 2 {
+			inAxes[i] = 1
+			if write {
+				outAxes = append(outAxes, 1)
+			}
+		}
+	}
+	p, err := s.tp.CachedProgram(key, inputs, inAxes, outAxes, build, inPlace...)
+	if err != nil {
+		return nil, err
+	}
+	args := make([][]*tensors.Tensor, len(s.caches))
+	for d, c := range s.caches {
+		args[d] = append([]*tensors.Tensor{tokensTensor(tokens), tensors.FromValue([]int32{int32(s.length)})}, c.Tensors()...)
+	}
+	out, err := p.RunDevices(args)
+	if err != nil {
+		return nil, err
+	}
+	for d := range out {
+		if write {
+			old := s.caches[d] // consumed by the run
+			s.caches[d] = CacheFromTensors(out[d][1:])
+			old.Free()
+		}
+		if d > 0 {
+			_ = out[d][0].FinalizeAll()
+		}
+	}
+	if write {
+		s.length += len(tokens)
+	}
+	return s.logits(out[0][0])
+}
+
+// logits reads a pass's logits [1, r, v] back to the host, or frees them unread.
+func (s *Session) logits(t *tensors.Tensor) ([][]float32, error) {
+	if s.unread {
+		return nil, t.FinalizeAll()
+	}
+	return logitRows(t)
 }
 
 // checkTokens rejects empty inputs and ids outside the vocabulary, which the embedding

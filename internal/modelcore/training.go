@@ -197,7 +197,7 @@ func (m *Model) ForwardTraining(w *Weights, win TrainingWindow) *Node {
 	residualScale := cfg.residualScale()
 	for _, layer := range m.Layers {
 		qkv := ConvertDType(normed(dense(layer.QKV), x, w.Node(layer.AttnNorm), 1), compute)
-		attn, _ := m.attention(qkv, rope, mask, Window{}, nil)
+		attn, _ := m.attention(qkv, nil, rope, mask, Window{}, nil)
 		x = addScaled(x, apply(dense(layer.O), attn), residualScale)
 		gateUp := normed(dense(layer.GateUp), x, w.Node(layer.MLPNorm), 1)
 		x = addScaled(x, apply(dense(layer.Down), swiGLU(gateUp)), residualScale)

@@ -33,6 +33,8 @@ type Model struct {
 	paths paths
 
 	programs programCache
+	// parallel are the model's tensor-parallel layouts ([Model.TensorParallel]).
+	parallel parallelLayouts
 	closed   atomic.Bool
 }
 
@@ -86,6 +88,7 @@ func (m *Model) Linears() []NamedLinear {
 		out = append(out, NamedLinear{name, *slot, func(x Linear) {
 			*slot = x
 			m.programs.finalize()
+			m.parallel.closeAll()
 		}})
 	}
 	for i := range m.Layers {
@@ -143,6 +146,7 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.programs.finalize()
+	m.parallel.closeAll()
 	for _, t := range m.params() {
 		if err := t.FinalizeAll(); err != nil {
 			return fmt.Errorf("model: freeing weights: %w", err)

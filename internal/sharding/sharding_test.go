@@ -72,6 +72,8 @@ func TestTensorParallelMiniCPM5(t *testing.T) {
 		require.NoError(t, err, "devices %d", c.n)
 		assert.Equal(t, []int{c.heads, c.kv, c.replicas, c.ffn}, []int{p.LocalHeads, p.LocalKVHeads, p.KVReplicas, p.LocalFFN},
 			"devices %d", c.n)
+		assert.Equal(t, c.n*c.kv, p.CacheKVHeads(), "devices %d: the cache's heads, replicas counted", c.n)
+		assert.Equal(t, miniCPM5.KVHeads*p.KVReplicas, p.CacheKVHeads(), "devices %d", c.n)
 		checkPlacements(t, p)
 	}
 	for _, n := range []int{3, 5, 6, 32, 0} {

@@ -89,6 +89,15 @@ type TensorParallel struct {
 	KVReplicas int
 }
 
+// TensorAxis is the name of the one mesh axis of a tensor-parallel plan.
+const TensorAxis = "tensor"
+
+// CacheKVHeads is the key/value heads of the KV cache laid over the devices, whole:
+// each device's LocalKVHeads in device order, so KVHeads·KVReplicas (a head held by
+// several devices appears once for each). Split along its heads axis, it gives each
+// device the heads its query heads read.
+func (p *TensorParallel) CacheKVHeads() int { return p.Devices * p.LocalKVHeads }
+
 // AllReducesPerLayer is the collectives a tensor-parallel layer needs: the partial sums
 // of its o and of its down projection.
 const AllReducesPerLayer = 2
