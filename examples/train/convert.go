@@ -159,6 +159,9 @@ const measureHeader = "decoder\ttokens/forward\tremask rate\tagreement@32\tparse
 // continuations of the AR base (-base), or of the model's own autoregressive decoding
 // without one.
 func selectDecoder(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
+	if f.thresholds == "none" {
+		return reportPresets(ctx, b, f, dtype, out)
+	}
 	if f.modelDir == "" || f.promptsPath == "" {
 		return errors.New("-stage select needs -model and -prompts")
 	}
@@ -258,6 +261,36 @@ func selectDecoder(ctx context.Context, b compute.Backend, f flags, dtype dtypes
 		return nil
 	}
 	return s.reportHeldOut(out, base, conv, presets)
+}
+
+// reportPresets is -stage select with -thresholds none: no sweep, the held-out report of
+// the presets that -model's folder records (against the base's greedy continuations
+// with -base, else the model's own autoregressive decoding).
+func reportPresets(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
+	if f.modelDir == "" || f.evalPromptsPath == "" {
+		return errors.New("-stage select -thresholds none needs -model and -eval-prompts")
+	}
+	presets, err := diffusion.LoadPresets(f.modelDir)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.LoadDir(f.modelDir)
+	if err != nil {
+		return err
+	}
+	conv, err := loadAny(b, f.modelDir, dtype)
+	if err != nil {
+		return err
+	}
+	defer conv.Close()
+	var base *model.Model
+	if f.baseDir != "" {
+		if base, err = model.Load(b, f.baseDir, model.LoadOptions{DType: dtype}); err != nil {
+			return err
+		}
+		defer base.Close()
+	}
+	return selection{f: f, tok: tok, ctx: ctx}.reportHeldOut(out, base, conv, presets)
 }
 
 // loadAny loads a checkpoint folder, FP8 ones included.

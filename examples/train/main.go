@@ -142,7 +142,7 @@ func main() {
 	flag.IntVar(&f.maxPrompts, "max-prompts", 64, "stage select: validation prompts")
 	flag.IntVar(&f.maxEvalPrompts, "max-eval-prompts", 128, "held-out prompts")
 	flag.IntVar(&f.maxNew, "max-new", 64, "new tokens per prompt")
-	flag.StringVar(&f.thresholds, "thresholds", "0.5,0.6,0.7,0.8,0.9,0.95", "stage select: thresholds swept")
+	flag.StringVar(&f.thresholds, "thresholds", "0.5,0.6,0.7,0.8,0.9,0.95", "stage select: thresholds swept (none: no sweep, the held-out report of -model's presets)")
 	flag.StringVar(&f.minReveals, "min-reveals", "1,2", "stage select: minimum reveals swept")
 	flag.StringVar(&f.batches, "batches", "1", "stage select: batch sizes of the held-out report")
 	flag.IntVar(&f.evalBatch, "eval-batch", 16, "rows per evaluation execution")
