@@ -6,7 +6,7 @@
 # the decoder's presets picked on it (select).
 #
 #   bash bench/train.sh build     here: the corpus, the binary and the data, into .gpu/
-#   bash bench/train.sh           there (carry .gpu): the pipeline, ~9.5 min; logs and the
+#   bash bench/train.sh           there (carry .gpu): the pipeline, ~10 min; logs and the
 #                                 FP8 demo come back under $OUT
 #   bash bench/train.sh report [DIR]  there: DIR's (the shipped demo's) presets and its
 #                                 decoding at batch 1, 8, 64 (~4 min)
@@ -97,7 +97,7 @@ $T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/distill.ids -heldout 
 # Calibration before selection, so that the FP8 demo comes back even when the sweep runs
 # out of time; the presets that selection picks are copied into it after.
 stage "calibrate: FP8 static scales from the validation split; FP8 against bf16"
-timeout 70 $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
+timeout "${CALIBRATE_TIME:-150}" $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
   -heldout $D/heldout.ids -eval-prompts $D/heldout.jsonl.gz -max-eval-prompts 8 -max-new "${MAX_NEW:-160}" -batch 8 \
   -seq "${SEQ:-512}" -calib-seqs 64 -eval-batches 8 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
 $T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 2>&1 | tee "$OUT/validation.txt"
