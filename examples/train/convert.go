@@ -173,22 +173,11 @@ func selectDecoder(ctx context.Context, b compute.Backend, f flags, dtype dtypes
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.LoadDir(f.modelDir)
+	tok, conv, base, err := loadSelection(b, f, dtype)
 	if err != nil {
 		return err
 	}
-	conv, err := loadAny(b, f.modelDir, dtype)
-	if err != nil {
-		return err
-	}
-	defer conv.Close()
-	var base *model.Model
-	if f.baseDir != "" {
-		if base, err = model.Load(b, f.baseDir, model.LoadOptions{DType: dtype}); err != nil {
-			return err
-		}
-		defer base.Close()
-	}
+	defer closeModels(conv, base)
 	prompts, err := loadPrompts(tok, f.promptsPath, f.maxPrompts)
 	if err != nil {
 		return err
@@ -274,23 +263,43 @@ func reportPresets(ctx context.Context, b compute.Backend, f flags, dtype dtypes
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.LoadDir(f.modelDir)
+	tok, conv, base, err := loadSelection(b, f, dtype)
 	if err != nil {
 		return err
+	}
+	defer closeModels(conv, base)
+	return selection{f: f, tok: tok, ctx: ctx}.reportHeldOut(out, base, conv, presets)
+}
+
+// loadSelection loads what the select stage measures: -model's tokenizer and weights
+// (FP8 ones included) and, with -base, the AR base (else nil).
+func loadSelection(b compute.Backend, f flags, dtype dtypes.DType) (*tokenizer.Tokenizer, *model.Model, *model.Model, error) {
+	tok, err := tokenizer.LoadDir(f.modelDir)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	conv, err := loadAny(b, f.modelDir, dtype)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer conv.Close()
-	var base *model.Model
-	if f.baseDir != "" {
-		if base, err = model.Load(b, f.baseDir, model.LoadOptions{DType: dtype}); err != nil {
-			return err
+	if f.baseDir == "" {
+		return tok, conv, nil, nil
+	}
+	base, err := model.Load(b, f.baseDir, model.LoadOptions{DType: dtype})
+	if err != nil {
+		conv.Close()
+		return nil, nil, nil, err
+	}
+	return tok, conv, base, nil
+}
+
+// closeModels closes the models that are not nil.
+func closeModels(ms ...*model.Model) {
+	for _, m := range ms {
+		if m != nil {
+			m.Close()
 		}
-		defer base.Close()
 	}
-	return selection{f: f, tok: tok, ctx: ctx}.reportHeldOut(out, base, conv, presets)
 }
 
 // loadAny loads a checkpoint folder, FP8 ones included.
