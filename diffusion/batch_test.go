@@ -32,20 +32,30 @@ func prompts(m *model.Model, n int) [][]int {
 	return out
 }
 
-// A batch of prompts of lengths 1 to 13 gives exactly the single-prompt outputs, greedy
-// and sampled, in every mode.
-func TestBatchEqualsSingle(t *testing.T) {
-	m := fixtureModel(t)
-	ps := prompts(m, 13)
+// modeConfigs are the decodings that the batch and tensor-parallel tests compare with
+// one prompt on one device: each mode, greedy, and fused sampling, 17 new tokens.
+func modeConfigs() map[string]Config {
 	sampled := Quality
 	sampled.Temperature, sampled.TopP, sampled.Seed = 0.8, 0.95, 11
 	speedRef := Speed
 	speedRef.Mode = Reference
 	ar := Quality
 	ar.Mode = Autoregressive
-	for name, cfg := range map[string]Config{"quality": Quality, "speed-reference": speedRef, "autoregressive": ar, "sampled": sampled} {
+	out := map[string]Config{"quality": Quality, "speed-reference": speedRef, "autoregressive": ar, "sampled": sampled}
+	for name, cfg := range out {
+		cfg.MaxNewTokens = 17
+		out[name] = cfg
+	}
+	return out
+}
+
+// A batch of prompts of lengths 1 to 13 gives exactly the single-prompt outputs, greedy
+// and sampled, in every mode.
+func TestBatchEqualsSingle(t *testing.T) {
+	m := fixtureModel(t)
+	ps := prompts(m, 13)
+	for name, cfg := range modeConfigs() {
 		t.Run(name, func(t *testing.T) {
-			cfg.MaxNewTokens = 17
 			d, err := New(m, cfg)
 			require.NoError(t, err)
 			batch, err := d.GenerateBatch(context.Background(), ps)

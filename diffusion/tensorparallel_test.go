@@ -14,29 +14,12 @@ import (
 	"github.com/blockdiff/blockdiff/model"
 )
 
-// tpConfigs are the decodings the tensor-parallel tests compare: each mode, greedy,
-// and fused sampling.
-func tpConfigs() map[string]Config {
-	sampled := Quality
-	sampled.Temperature, sampled.TopP, sampled.Seed = 0.8, 0.95, 11
-	speedRef := Speed
-	speedRef.Mode = Reference
-	ar := Quality
-	ar.Mode = Autoregressive
-	out := map[string]Config{"quality": Quality, "speed-reference": speedRef, "autoregressive": ar, "sampled": sampled}
-	for name, cfg := range out {
-		cfg.MaxNewTokens = 17
-		out[name] = cfg
-	}
-	return out
-}
-
 // compareDecoders decodes a batch of prompts with a decoder on one device and with one
 // tensor-parallel over devices through parallel, and requires the same results.
 func compareDecoders(t *testing.T, m *model.Model, devices int, parallel func(int) (*modelcore.TensorParallel, error)) {
 	t.Helper()
 	ps := prompts(m, 3)
-	for name, cfg := range tpConfigs() {
+	for name, cfg := range modeConfigs() {
 		t.Run(name, func(t *testing.T) {
 			one, err := New(m, cfg)
 			require.NoError(t, err)

@@ -13,21 +13,13 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/model"
-	"github.com/blockdiff/blockdiff/train"
 )
 
 // The ar stage trains a tiny model on an ids file into a checkpoint that model.Load
 // opens, resumes from it, and the eval stage evaluates it.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	data := &train.Tokens{Vocab: 40}
-	for i := range 60 {
-		data.IDs = append(data.IDs, 1)
-		for j := range 10 {
-			data.IDs = append(data.IDs, uint16(4+(i+j)%30))
-		}
-		data.IDs = append(data.IDs, 2)
-	}
+	data := microCorpus()
 	ids := filepath.Join(dir, "train.ids")
 	require.NoError(t, os.WriteFile(ids, data.Bytes(), 0o644))
 	f := flags{stage: "ar", trainPath: ids, heldOutPath: ids, heldOutBytes: 600, hidden: 16, layers: 1, heads: 2, kv: 1,
