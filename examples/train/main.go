@@ -12,7 +12,9 @@
 // the data), safetensors in bfloat16 sharded to -shard-bytes, and the optimizer state.
 // It stops cleanly before -max-time (less -reserve for the last evaluation and
 // checkpoint). Stage eval reports a checkpoint's held-out loss and bits per byte.
-// With -devices N the ar and convert stages spread each step over N GPUs,
+// Stages distill, convert, select and calibrate make a block-diffusion model from an AR
+// one (the base's greedy continuations, the fine-tuning on them, the decoder's presets,
+// FP8); bench/train.sh runs them in order, with their flags. With -devices N the ar and convert stages spread each step over N GPUs,
 // data-parallel (package train's Config.Devices), on go-xla's backend.
 package main
 
