@@ -66,17 +66,20 @@ func (m *Model) TensorParallelLayout(devices int) (*TensorParallel, error) {
 // parallelLayouts keeps a model's tensor-parallel layouts by devices and partitioning.
 type parallelLayouts struct {
 	mu      sync.Mutex
-	layouts map[[2]int]*TensorParallel
+	layouts map[layoutKey]*TensorParallel
+}
+
+// layoutKey names one of a model's layouts.
+type layoutKey struct {
+	devices     int
+	partitioned bool
 }
 
 // get returns the layout, making it where there is none or it was closed.
 func (c *parallelLayouts) get(m *Model, devices int, partitioned bool) (*TensorParallel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := [2]int{devices, 0}
-	if partitioned {
-		key[1] = 1
-	}
+	key := layoutKey{devices, partitioned}
 	if tp, ok := c.layouts[key]; ok && !tp.closed.Load() {
 		return tp, nil
 	}
@@ -85,7 +88,7 @@ func (c *parallelLayouts) get(m *Model, devices int, partitioned bool) (*TensorP
 		return nil, err
 	}
 	if c.layouts == nil {
-		c.layouts = map[[2]int]*TensorParallel{}
+		c.layouts = map[layoutKey]*TensorParallel{}
 	}
 	c.layouts[key] = tp
 	return tp, nil
