@@ -103,8 +103,9 @@ timeout "${CALIBRATE_TIME:-150}" $T -stage calibrate -model /tmp/run/conv -calib
 $T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 2>&1 | tee "$OUT/validation.txt"
 
 stage "select: the decoder's presets from the validation split, then the held-out report"
-[ "$(left "${SELECT_END:-585}" | tr -d s)" -gt 30 ] || echo "no time left for the selection (SELECT_END ${SELECT_END:-585})"
-[ "$(left "${SELECT_END:-585}" | tr -d s)" -gt 30 ] && timeout "$(left "${SELECT_END:-585}")" $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
+select_time=$(left "${SELECT_END:-585}")
+[ "${select_time%s}" -gt 30 ] || echo "no time left for the selection (SELECT_END ${SELECT_END:-585})"
+[ "${select_time%s}" -gt 30 ] && timeout "$select_time" $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
   -eval-prompts $D/heldout.jsonl.gz -heldout $D/heldout.ids -max-prompts "${PROMPTS:-64}" -max-eval-prompts "${PROMPTS:-64}" \
   -max-new "${MAX_NEW:-160}" -batch 16 -batches "${BATCHES:-1,8,64}" -seq "${SEQ:-512}" -eval-batch 16 -eval-batches 32 \
   -thresholds "${THRESHOLDS:-0.5,0.7,0.9}" 2>&1 | tee "$OUT/select.txt"
