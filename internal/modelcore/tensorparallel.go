@@ -377,6 +377,15 @@ func (c *tpProgram) setUp(g *Graph, inputs []shapes.Shape) ([]*distributed.Shard
 	if err := g.SetAutoSharding(mesh); err != nil {
 		return nil, nil, err
 	}
+	// GoMLX assigns devices itself only to meshes of two or more, and go-xla refuses to
+	// compile a partitioned program without an assignment: a mesh of one needs it too.
+	assignment := make([]compute.DeviceNum, mesh.NumDevices())
+	for i := range assignment {
+		assignment[i] = compute.DeviceNum(i)
+	}
+	if err := g.SetDeviceAssignment(assignment); err != nil {
+		return nil, nil, err
+	}
 	specs := make([]*distributed.ShardingSpec, len(inputs))
 	for i, s := range inputs {
 		var err error
