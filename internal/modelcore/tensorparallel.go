@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/compute/distributed"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/compute/support/xslices"
 	"github.com/gomlx/exceptions"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/core/tensors"
@@ -379,11 +380,7 @@ func (c *tpProgram) setUp(g *Graph, inputs []shapes.Shape) ([]*distributed.Shard
 	}
 	// GoMLX assigns devices itself only to meshes of two or more, and go-xla refuses to
 	// compile a partitioned program without an assignment: a mesh of one needs it too.
-	assignment := make([]compute.DeviceNum, mesh.NumDevices())
-	for i := range assignment {
-		assignment[i] = compute.DeviceNum(i)
-	}
-	if err := g.SetDeviceAssignment(assignment); err != nil {
+	if err := g.SetDeviceAssignment(xslices.Iota(compute.DeviceNum(0), mesh.NumDevices())); err != nil {
 		return nil, nil, err
 	}
 	specs := make([]*distributed.ShardingSpec, len(inputs))
