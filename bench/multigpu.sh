@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Data-parallel training over several GPUs of one host (package train's Config.Devices,
 # examples/train -devices): its check against one GPU, then the training throughput at
-# 1, 2, … GPUs, printed as a table. Build here, run there carrying .gpu (a machine of
-# two GPUs or more: nvidia-h200-x2):
+# 1, 2, … GPUs, printed as a table. Build here, run there carrying what `build` names (a
+# machine of two GPUs or more: nvidia-h200-x2):
 #
 #   bash bench/multigpu.sh build   here: into .gpu/multigpu (after the other .gpu builds:
 #                                  they empty .gpu) dp.txz (the train binary and train's
 #                                  test binary, 8 MB), tp.txz (the test binaries of
-#                                  internal/modelcore and diffusion, 12 MB), gen.txz
+#                                  internal/modelcore and diffusion, 8 MB), gen.txz
 #                                  (generate, with the embedded demo, 30 MB) and the
 #                                  fixtures. A call carries 64 MiB with the tracked tree's
 #                                  35 MB: carry fixtures and dp.txz or tp.txz; the demo's
@@ -64,6 +64,7 @@ echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE, $gpus GPUs" | tee -a "$OUT/env.txt"
 # tensor_parallel: internal/modelcore's tensor-parallel decoding on go-xla's backend,
 # its check against one device, then its steps' medians as a table (tp.txt).
 tensor_parallel() {
+  [ -x $T/modelcore.test ] || { echo; echo "tensor-parallel decoding skipped: carry .gpu/multigpu/tp.txz"; return; }
   [ "${1:-check}" = check ] || { tensor_parallel_bench; return; }
   echo; echo "=== tensor-parallel check: logits and greedy tokens against one device ($(date +%T))"
   BLOCKDIFF_PJRT_PLUGIN=$plugin BLOCKDIFF_FIXTURES=$PWD/$B/fixtures timeout 300 $T/modelcore.test \
