@@ -440,10 +440,14 @@ func (s selection) reportHeldOut(out io.Writer, base, conv *model.Model, presets
 }
 
 // calibrate measures static FP8 scales on validation windows, quantizes the converted
-// model and writes it as the demo's folder, and compares FP8 with bf16 on held-out text.
+// model (W8A8, or weights only with -fp8-activations none) and writes it as the demo's
+// folder, and compares FP8 with bf16 on held-out text.
 func calibrate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DType, out io.Writer) error {
 	if f.modelDir == "" || f.calibPath == "" || f.outDir == "" {
 		return errors.New("-stage calibrate needs -model, -calib and -out")
+	}
+	if f.fp8Activations != "static" && f.fp8Activations != "none" {
+		return fmt.Errorf("-fp8-activations %q: want static or none", f.fp8Activations)
 	}
 	calData, err := train.ReadTokens(f.calibPath)
 	if err != nil {
@@ -493,10 +497,10 @@ func calibrate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 		return err
 	}
 	quality.MaxNewTokens = f.maxNew
-	measure := func(label string, ref [][]int) ([][]int, error) {
+	measure := func(subject *model.Model, label string, ref [][]int) ([][]int, error) {
 		line := label
 		if heldOut != nil {
-			ce, err := nextTokenLoss(m, heldOut, f.seq, f.evalBatches)
+			ce, err := nextTokenLoss(subject, heldOut, f.seq, f.evalBatches)
 			if err != nil {
 				return nil, err
 			}
@@ -504,7 +508,7 @@ func calibrate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 		}
 		var outputs [][]int
 		if prompts != nil {
-			meas, err := decodeeval.Run(ctx, m, tok, prompts, quality, decodeeval.Options{Batch: f.batch, Reference: ref})
+			meas, err := decodeeval.Run(ctx, subject, tok, prompts, quality, decodeeval.Options{Batch: f.batch, Reference: ref})
 			if err != nil {
 				return nil, err
 			}
@@ -518,17 +522,31 @@ func calibrate(ctx context.Context, b compute.Backend, f flags, dtype dtypes.DTy
 		fmt.Fprintln(out, line)
 		return outputs, nil
 	}
-	ref, err := measure(fmt.Sprintf("%s (%.1f MB of weights)", m.DType, float64(m.WeightBytes())/1e6), nil)
+	ref, err := measure(m, fmt.Sprintf("%s (%.1f MB of weights)", m.DType, float64(m.WeightBytes())/1e6), nil)
 	if err != nil {
 		return err
 	}
 	if err := quant.QuantizeModel(m, quant.Options{Calibration: cal}); err != nil {
 		return err
 	}
-	if _, err := measure(fmt.Sprintf("FP8 (%.1f MB of weights)", float64(m.WeightBytes())/1e6), ref); err != nil {
+	if _, err := measure(m, fmt.Sprintf("FP8 W8A8, static input scales (%.1f MB of weights)", float64(m.WeightBytes())/1e6), ref); err != nil {
 		return err
 	}
-	if err := quant.Save(m, f.outDir, quant.SaveOptions{SourceConfig: f.modelDir, ShardBytes: f.shardBytes}); err != nil {
+	saved := m
+	if f.fp8Activations == "none" {
+		// The same FP8 weights with bf16 inputs, from a fresh copy of the model.
+		if saved, err = model.Load(b, f.modelDir, model.LoadOptions{DType: dtype}); err != nil {
+			return err
+		}
+		defer saved.Close()
+		if err := quant.QuantizeModel(saved, quant.Options{}); err != nil {
+			return err
+		}
+		if _, err := measure(saved, fmt.Sprintf("FP8 weight-only (%.1f MB of weights)", float64(saved.WeightBytes())/1e6), ref); err != nil {
+			return err
+		}
+	}
+	if err := quant.Save(saved, f.outDir, quant.SaveOptions{SourceConfig: f.modelDir, ShardBytes: f.shardBytes}); err != nil {
 		return err
 	}
 	if err := copyFiles(f.modelDir, f.outDir, append(slices.Clone(tokenizerFiles), diffusion.GenerationConfigFile)...); err != nil {

@@ -82,6 +82,7 @@ type flags struct {
 	batches                      string
 	calibPath, outDir            string
 	calibSeqs                    int
+	fp8Activations               string
 	masked                       bool
 	klFirstMasks                 bool
 	records, context             int
@@ -150,6 +151,7 @@ func main() {
 	flag.IntVar(&f.evalBatch, "eval-batch", 16, "rows per evaluation execution")
 	flag.StringVar(&f.calibPath, "calib", "", "stage calibrate: token-ids file (the validation split) to calibrate on")
 	flag.IntVar(&f.calibSeqs, "calib-seqs", 64, "stage calibrate: windows of -seq tokens to calibrate on")
+	flag.StringVar(&f.fp8Activations, "fp8-activations", "static", "stage calibrate: static (FP8 inputs with the calibrated scales, W8A8) or none (FP8 weights only, bf16 inputs; W8A8 is still measured)")
 	flag.StringVar(&f.outDir, "out", "", "stage calibrate: folder of the FP8 checkpoint; stage distill: token-ids file to write")
 	flag.IntVar(&f.records, "records", 16384, "stage distill: contexts the base continues")
 	flag.IntVar(&f.context, "context", 128, "stage distill: training tokens of each context, at most")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/blockdiff/blockdiff/backend"
 	"github.com/blockdiff/blockdiff/model"
+	"github.com/blockdiff/blockdiff/quant"
 )
 
 // The ar stage trains a tiny model on an ids file into a checkpoint that model.Load
@@ -49,6 +50,24 @@ func TestRun(t *testing.T) {
 	out.Reset()
 	require.NoError(t, run(flags{stage: "eval", modelDir: f.ckpt, heldOutPath: ids, heldOutBytes: 600, seq: 16, batch: 4}, time.Now(), &out))
 	assert.Contains(t, out.String(), "bits/byte")
+
+	// The calibrate stage writes W8A8 by default and weights only with -fp8-activations none.
+	for _, acts := range []string{"static", "none"} {
+		fp8 := filepath.Join(dir, "fp8-"+acts)
+		out.Reset()
+		require.NoError(t, run(flags{stage: "calibrate", modelDir: f.ckpt, calibPath: ids, outDir: fp8, fp8Activations: acts,
+			heldOutPath: ids, seq: 16, block: 4, calibSeqs: 4, evalBatches: 2}, time.Now(), &out))
+		assert.Contains(t, out.String(), "FP8 W8A8, static input scales")
+		assert.Equal(t, acts == "none", bytes.Contains(out.Bytes(), []byte("FP8 weight-only")))
+		config, err := os.ReadFile(filepath.Join(fp8, "config.json"))
+		require.NoError(t, err)
+		assert.Equal(t, acts == "none", bytes.Contains(config, []byte(`"input_activations": null`)), "%s", config)
+		q, err := quant.Load(b, fp8, quant.Options{}, model.LoadOptions{DType: dtypes.Float32})
+		require.NoError(t, err)
+		q.Close()
+	}
+	require.ErrorContains(t, run(flags{stage: "calibrate", modelDir: f.ckpt, calibPath: ids, outDir: dir, fp8Activations: "dynamic"},
+		time.Now(), &out), `-fp8-activations "dynamic": want static or none`)
 
 	require.ErrorContains(t, run(flags{stage: "nope"}, time.Now(), &out), "want ar, eval, convert, select, calibrate or distill")
 
