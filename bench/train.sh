@@ -2,7 +2,8 @@
 # The demo model, made on one H200 in one device command: the tokenizer's check against
 # Hugging Face tokenizers, the autoregressive model (examples/train -stage ar), the base's
 # greedy continuations of training contexts (distill), the conversion to block diffusion
-# on them (convert), the FP8 checkpoint calibrated on the validation split (calibrate) and
+# on them (convert), the FP8 checkpoint (weights only; static input scales from the
+# validation split are measured beside it, then dropped: calibrate) and
 # the decoder's presets picked on it (select).
 #
 #   bash bench/train.sh build     here: the corpus, the binary and the data, into .gpu/
@@ -52,7 +53,8 @@ T=/tmp/run/train
 export GOPJRT_CUDA_CHECKS=0 GOMLX_NO_AUTO_INSTALL=1
 stage() { echo; echo "=== $* ($(date +%T))"; }
 began=$(date +%s)
-left() { echo $(($1 - ($(date +%s) - began)))s; } # what remains of a budget of $1 seconds
+# What remains of a budget of $1 seconds, at least 1 s: a -max-time of 0 or less means no bound.
+left() { local s=$(($1 - ($(date +%s) - began))); echo $((s > 0 ? s : 1))s; }
 
 rm -rf /tmp/run && mkdir -p /tmp/run
 # xz may be missing there
@@ -82,25 +84,28 @@ cat "$OUT/hfcheck.txt"
 # contexts of up to 192 training tokens, so that the masked positions' targets are what
 # the base would say, which the model can learn to predict several at a time.
 stage "distill: the AR base's greedy continuations of training contexts"
-$T -stage distill -base /tmp/run/ar -train /tmp/run/train.ids -out /tmp/run/distill.ids -records "${RECORDS:-24576}" \
-  -context 192 -max-new "${MAX_DISTILL_NEW:-320}" -batch 512 -max-time "$(left "${DISTILL_END:-230}")" -reserve 0s 2>&1 |
+$T -stage distill -base /tmp/run/ar -train /tmp/run/train.ids -out /tmp/run/distill.ids -records "${RECORDS:-73728}" \
+  -context 192 -max-new "${MAX_DISTILL_NEW:-320}" -batch 512 -max-time "$(left "${DISTILL_END:-300}")" -reserve 0s 2>&1 |
   tee "$OUT/distill.log" | grep -v '^distill: [0-9]* records'
 
-# The conversion: learning rate 3e-4 to 3e-5, KL to the base at the anchors and at the
-# rows before a block's masked tail, until CONVERT_END seconds into the command.
-stage "convert: blocks of 8 then 4, KL to the AR base at anchors and first masks, on the distilled data"
+# The conversion: learning rate 3e-4 to 3e-5, KL to the base at the anchors (weight 0.25),
+# until CONVERT_END seconds into the command.
+stage "convert: blocks of 8 then 4, KL to the AR base (${KL:--kl-weight 0.25}), on the distilled data"
 $T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/distill.ids -heldout $D/heldout.ids \
-  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-15000000}" -lr 3e-4 -min-lr 3e-5 -warmup 200 -wd 0.1 \
-  -block 4 -large-block 8 -large-frac 0.3 -kl-weight 1 -kl-first-masks -log-every 200 -eval-batches 8 \
-  -ckpt /tmp/run/conv -ckpt-every 400 -max-time "$(left "${CONVERT_END:-400}")" -reserve 20s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
+  ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-26000000}" -lr 3e-4 -min-lr 3e-5 -warmup 200 -wd 0.1 \
+  -block 4 -large-block 8 -large-frac 0.3 ${KL:--kl-weight 0.25} -log-every 200 -eval-batches 8 \
+  -ckpt /tmp/run/conv -ckpt-every 400 -max-time "$(left "${CONVERT_END:-465}")" -reserve 20s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
 
 # Calibration before selection, so that the FP8 demo comes back even when the sweep runs
 # out of time; the presets that selection picks are copied into it after.
-stage "calibrate: FP8 static scales from the validation split; FP8 against bf16"
-timeout "${CALIBRATE_TIME:-150}" $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
-  -heldout $D/heldout.ids -eval-prompts $D/heldout.jsonl.gz -max-eval-prompts 8 -max-new "${MAX_NEW:-160}" -batch 8 \
-  -seq "${SEQ:-512}" -calib-seqs 64 -eval-batches 8 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
-$T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 2>&1 | tee "$OUT/validation.txt"
+# CALIBRATE_PROMPTS=0 compares them by held-out cross-entropy alone, without decoding.
+stage "calibrate: FP8 static scales from the validation split; W8A8 and weight-only FP8 against bf16"
+decode_prompts=()
+[ "${CALIBRATE_PROMPTS:-0}" -gt 0 ] && decode_prompts=(-eval-prompts $D/heldout.jsonl.gz -max-eval-prompts "${CALIBRATE_PROMPTS:-0}")
+timeout "${CALIBRATE_TIME:-120}" $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
+  -heldout $D/heldout.ids "${decode_prompts[@]}" -max-new "${MAX_NEW:-160}" -batch 8 \
+  -seq "${SEQ:-512}" -calib-seqs 64 -fp8-activations none -eval-batches 8 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
+timeout 40 $T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.ids -seq 512 -batch 16 -eval-batches 8 2>&1 | tee "$OUT/validation.txt"
 
 stage "select: the decoder's presets from the validation split, then the held-out report"
 select_time=$(left "${SELECT_END:-585}")
