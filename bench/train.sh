@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The demo model, made on one H200 in one device command: the tokenizer's check against
-# Hugging Face tokenizers, the autoregressive model (examples/train -stage ar), the base's
-# greedy continuations of training contexts (distill), the conversion to block diffusion
-# on them (convert), the FP8 checkpoint (weights only; static input scales from the
-# validation split are measured beside it, then dropped: calibrate) and
-# the decoder's presets picked on it (select).
+# The demo model, made on one H200 in two device commands. The first: the tokenizer's check
+# against Hugging Face tokenizers, the autoregressive model (examples/train -stage ar), the
+# base's greedy continuations of training contexts (distill), the conversion to block
+# diffusion on them (convert) and the FP8 checkpoint (weights only; W8A8 with static input
+# scales from the validation split is measured beside it: calibrate). The second (report):
+# the decoder's presets picked on the validation split (select), then the held-out report.
 #
 #   bash bench/train.sh build     here: the corpus, the binary and the data, into .gpu/
-#   bash bench/train.sh           there (carry .gpu): the pipeline, ~10 min; logs and the
-#                                 FP8 demo come back under $OUT
-#   bash bench/train.sh report [DIR]  there: DIR's (the shipped demo's) presets and its
-#                                 decoding at batch 1, 8, 64 (~4 min)
+#   bash bench/train.sh           there (carry .gpu): the pipeline, ~9.5 min; logs and the
+#                                 FP8 demo's files come back under $OUT
+#   bash bench/train.sh report [DIR]  there: DIR's (default: the shipped demo's) presets,
+#                                 written to $OUT/generation_config.json, and its decoding
+#                                 at batch 1, 8, 64 (~3 min). DIR must travel with the
+#                                 tree: put a new demo's files in demomodel/model first.
 #
-# The stages' budgets fit the device's 10-minute command limit. The conversion checkpoints
-# every 400 steps into /tmp/run/conv, from which `-stage convert -resume` continues while
-# the machine is held.
+# The stages' budgets fit the device's 10-minute command limit; SELECT_END=590 with a
+# shorter conversion (CONVERT_END) runs the selection in the first command instead. The
+# conversion checkpoints every 400 steps into /tmp/run/conv, from which `-stage convert
+# -resume` continues while the machine is held.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/train-run}
@@ -109,7 +112,7 @@ timeout 40 $T -stage eval -masked -model /tmp/run/conv -heldout $D/validation.id
 
 stage "select: the decoder's presets from the validation split, then the held-out report"
 select_time=$(left "${SELECT_END:-585}")
-[ "${select_time%s}" -gt 30 ] || echo "no time left for the selection (SELECT_END ${SELECT_END:-585})"
+[ "${select_time%s}" -gt 30 ] || echo "no time left for the selection (SELECT_END ${SELECT_END:-585}): bash bench/train.sh report picks the presets"
 [ "${select_time%s}" -gt 30 ] && timeout "$select_time" $T -stage select -model /tmp/run/conv -base /tmp/run/ar -prompts $D/validation.jsonl.gz \
   -eval-prompts $D/heldout.jsonl.gz -heldout $D/heldout.ids -max-prompts "${PROMPTS:-64}" -max-eval-prompts "${PROMPTS:-64}" \
   -max-new "${MAX_NEW:-160}" -batch 16 -batches "${BATCHES:-1,8,64}" -seq "${SEQ:-512}" -eval-batch 16 -eval-batches 32 \
