@@ -9,6 +9,7 @@ import (
 
 	"github.com/blockdiff/blockdiff"
 	"github.com/blockdiff/blockdiff/demomodel"
+	"github.com/blockdiff/blockdiff/diffusion"
 	"github.com/blockdiff/blockdiff/internal/modelcore"
 	"github.com/blockdiff/blockdiff/internal/testutil"
 	"github.com/blockdiff/blockdiff/quant"
@@ -25,7 +26,14 @@ func TestDemoEngine(t *testing.T) {
 	defer engine.Close()
 
 	require.IsType(t, &quant.FP8Linear{}, modelcore.Of(engine.Model()).Layers[0].QKV)
-	require.Equal(t, 0.7, engine.Config().Threshold, "the demo's quality preset")
+	presets, err := diffusion.LoadPresets(dir)
+	require.NoError(t, err)
+	quality, err := presets.Config("quality")
+	require.NoError(t, err)
+	builtin, err := diffusion.BuiltinPresets().Config("quality")
+	require.NoError(t, err)
+	require.NotEqual(t, builtin.Threshold, quality.Threshold, "the demo's preset must differ from the built-in one for this check")
+	require.Equal(t, quality.Threshold, engine.Config().Threshold, "the demo's quality preset")
 	res, err := engine.Generate(ctx, demomodel.Prompt)
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Tokens)
