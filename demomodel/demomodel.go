@@ -1,6 +1,7 @@
 // Package demomodel embeds blockdiff's demo checkpoint: a 27 M-parameter Llama-shaped model
 // trained in Go on the Go toolchain's own source (examples/train), converted to block
-// diffusion and stored in FP8 with static scales. It writes Go code.
+// diffusion and stored with FP8 weights (bf16 activations). It writes Go-like code: it is
+// small and greedy decoding makes it repeat itself.
 //
 // It is a module of its own (the repository's go.work includes it), so that `go get` of
 // the library never downloads its 31 MB of weights.
@@ -20,7 +21,8 @@ import (
 //go:embed model
 var files embed.FS
 
-// Prompt is a prompt the demo model completes well: a documented Go function's head.
+// Prompt is the demo's default prompt: a documented Go function's head, the kind of
+// text its decoder presets were picked on.
 const Prompt = "package strings\n\n// Reverse returns s with its bytes in reverse order.\nfunc Reverse(s string) string {\n"
 
 // FS returns the checkpoint folder's files.
