@@ -93,18 +93,20 @@ $T -stage distill -base /tmp/run/ar -train /tmp/run/train.ids -out /tmp/run/dist
 
 # The conversion: learning rate 3e-4 to 3e-5, KL to the base at the anchors (weight 0.25),
 # until CONVERT_END seconds into the command.
-stage "convert: blocks of 8 then 4, KL to the AR base (${KL:--kl-weight 0.25}), on the distilled data"
+kl=${KL:--kl-weight 0.25}
+stage "convert: blocks of 8 then 4, KL to the AR base ($kl), on the distilled data"
 $T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/distill.ids -heldout $D/heldout.ids \
   ${CONVERT_SHAPE:--seq 512 -batch 16} -tokens "${CONVERT_TOKENS:-26000000}" -lr 3e-4 -min-lr 3e-5 -warmup 200 -wd 0.1 \
-  -block 4 -large-block 8 -large-frac 0.3 ${KL:--kl-weight 0.25} -log-every 200 -eval-batches 8 \
+  -block 4 -large-block 8 -large-frac 0.3 $kl -log-every 200 -eval-batches 8 \
   -ckpt /tmp/run/conv -ckpt-every 400 -max-time "$(left "${CONVERT_END:-465}")" -reserve 20s 2>&1 | tee "$OUT/convert.log" | grep -v '^step '
 
 # Calibration before selection, so that the FP8 demo comes back even when the sweep runs
 # out of time; the presets that selection picks are copied into it after.
-# CALIBRATE_PROMPTS=0 compares them by held-out cross-entropy alone, without decoding.
+# They are compared by held-out cross-entropy, and on CALIBRATE_PROMPTS held-out prompts
+# decoded (default 0: none).
 stage "calibrate: FP8 static scales from the validation split; W8A8 and weight-only FP8 against bf16"
-decode_prompts=()
-[ "${CALIBRATE_PROMPTS:-0}" -gt 0 ] && decode_prompts=(-eval-prompts $D/heldout.jsonl.gz -max-eval-prompts "${CALIBRATE_PROMPTS:-0}")
+calibrate_prompts=${CALIBRATE_PROMPTS:-0} decode_prompts=()
+[ "$calibrate_prompts" -gt 0 ] && decode_prompts=(-eval-prompts $D/heldout.jsonl.gz -max-eval-prompts "$calibrate_prompts")
 timeout "${CALIBRATE_TIME:-120}" $T -stage calibrate -model /tmp/run/conv -calib $D/validation.ids -out /tmp/run/demo \
   -heldout $D/heldout.ids "${decode_prompts[@]}" -max-new "${MAX_NEW:-160}" -batch 8 \
   -seq "${SEQ:-512}" -calib-seqs 64 -fp8-activations none -eval-batches 8 -shard-bytes 15000000 2>&1 | tee "$OUT/calibrate.txt"
