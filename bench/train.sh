@@ -102,7 +102,7 @@ $T -stage convert -quiet -base /tmp/run/ar -train /tmp/run/distill.ids -heldout 
 
 # Calibration before selection, so that the FP8 demo comes back even when the sweep runs
 # out of time; the presets that selection picks are copied into it after.
-# They are compared by held-out cross-entropy, and on CALIBRATE_PROMPTS held-out prompts
+# FP8 and bf16 are compared by held-out cross-entropy, and on CALIBRATE_PROMPTS held-out prompts
 # decoded (default 0: none).
 stage "calibrate: FP8 static scales from the validation split; W8A8 and weight-only FP8 against bf16"
 calibrate_prompts=${CALIBRATE_PROMPTS:-0} decode_prompts=()
